@@ -1,0 +1,1 @@
+"""aiinfra_pipelines."""

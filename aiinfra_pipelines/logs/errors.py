@@ -1,0 +1,37 @@
+"""The one exception the drive-log codec raises, with a machine-readable ``code``.
+
+Ingestion turns a rejected upload into an asset-check result and a quarantine entry; a stable
+short code (rather than a parsed exception message) is what dashboards and tests key on.
+"""
+
+from __future__ import annotations
+
+# Codes raised by the reader. Validation reuses them as ``Reason.code`` values.
+EMPTY = "empty"  # zero-byte file
+NOT_MCAP = "not_mcap"  # no MCAP magic: garbage or a different format
+TRUNCATED = "truncated"  # ends before the footer/magic or inside a record
+CRC_MISMATCH = "crc_mismatch"  # chunk, data-section or summary checksum does not match
+CORRUPT = "corrupt"  # structurally invalid records (bad lengths, dangling ids)
+UNREADABLE = "unreadable"  # any other failure to read the container
+MISSING_CHANNEL = "missing_channel"  # a channel needed to rebuild frames is absent
+MISSING_METADATA = "missing_metadata"  # no "drive_log" metadata record
+WRONG_SCHEMA = "wrong_schema"  # a known topic carries an unexpected schema or encoding
+DECODE_ERROR = "decode_error"  # a message payload is not a valid protobuf of its schema
+BAD_IMAGE = "bad_image"  # a camera message whose size/encoding cannot form an rgb8 image
+UNALIGNED_CHANNEL = "unaligned_channel"  # no sample near a camera timestamp on some channel
+
+INTEGRITY_CODES: frozenset[str] = frozenset(
+    {EMPTY, NOT_MCAP, TRUNCATED, CRC_MISMATCH, CORRUPT, UNREADABLE}
+)
+
+
+class DriveLogError(Exception):
+    """A drive log that cannot be read back into a :class:`~aiinfra_pipelines.logs.model.DriveLog`.
+
+    ``code`` is one of the constants in this module; ``message`` is for humans.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message

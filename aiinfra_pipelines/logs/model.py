@@ -1,0 +1,114 @@
+"""In-memory form of one drive log, shared by the fleet (which produces it) and the MCAP codec.
+
+A drive log is one contiguous segment that a vehicle-side trigger kept. The MCAP file is the
+durable form; this dataclass is what the writer consumes and the reader returns, so the fleet
+simulator, the ingestion assets and the tests all speak the same vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Keys every drive log's MCAP metadata record ("drive_log") must carry. Validation rejects a log
+# whose metadata lacks one of these or carries unknown keys (schema drift).
+REQUIRED_METADATA_KEYS: tuple[str, ...] = (
+    "metadata_schema_version",
+    "log_id",
+    "vin",
+    "vehicle_model",
+    "sensor_config_version",
+    "software_version",
+    "trigger_config_version",
+    "city",
+    "weather",
+    "lighting",
+    "road_type",
+    "recorded_at",
+)
+METADATA_SCHEMA_VERSION = "1"
+
+# Channel topics, fixed so that any uploader (simulated or a real fleet) lands the same layout.
+TOPIC_CAMERA = "/camera/front"  # foxglove.RawImage
+TOPIC_LOCATION = "/ego/location"  # foxglove.LocationFix (GPS)
+TOPIC_POSE = "/ego/pose"  # foxglove.PoseInFrame (local map frame, metres)
+TOPIC_CAN = "/vehicle/can"  # aiinfra.CanSignals
+TOPIC_TRIGGERS = "/events/triggers"  # aiinfra.TriggerEvent
+TOPIC_GROUND_TRUTH = "/sim/ground_truth"  # aiinfra.GroundTruth (simulation only)
+REQUIRED_TOPICS: tuple[str, ...] = (
+    TOPIC_CAMERA,
+    TOPIC_LOCATION,
+    TOPIC_POSE,
+    TOPIC_CAN,
+    TOPIC_TRIGGERS,
+)
+
+
+@dataclass(frozen=True)
+class OtherVehicle:
+    """Privileged simulation ground truth for one surrounding vehicle at one frame.
+
+    ``x``/``y`` are metres in the ego-centred frame (x ahead, y left); ``plate_box`` is the
+    licence-plate region in image pixels ``(x0, y0, x1, y1)`` so anonymization can blur it.
+    """
+
+    vehicle_id: int
+    x: float
+    y: float
+    vx: float
+    vy: float
+    lane_offset: int  # lane index relative to ego: 0 same lane, +1 left, -1 right
+    plate_box: tuple[int, int, int, int] | None = None
+
+
+@dataclass(frozen=True)
+class TriggerEvent:
+    """A vehicle-side trigger rule that fired at a frame (e.g. ``hard_brake``)."""
+
+    timestamp_ns: int
+    rule: str
+    value: float
+    threshold: float
+
+
+@dataclass
+class Frame:
+    """One synchronized sample of all channels at the camera timestamp."""
+
+    timestamp_ns: int
+    image: np.ndarray  # H x W x 3, uint8, rgb8
+    # GPS (WGS84 degrees) and local pose (metres, radians)
+    latitude: float
+    longitude: float
+    x: float
+    y: float
+    heading: float
+    # CAN
+    speed_mps: float
+    accel_mps2: float
+    steering_rad: float
+    brake: float  # 0..1 pedal
+    # Simulation ground truth (empty for real fleets)
+    lane_index: int = 0
+    lane_count: int = 0
+    others: list[OtherVehicle] = field(default_factory=list)
+
+
+@dataclass
+class DriveLog:
+    """One kept segment: file-level metadata, frames in time order, and the triggers that fired."""
+
+    metadata: dict[str, str]
+    frames: list[Frame]
+    events: list[TriggerEvent] = field(default_factory=list)
+
+    @property
+    def log_id(self) -> str:
+        return self.metadata["log_id"]
+
+    @property
+    def duration_s(self) -> float:
+        if len(self.frames) < 2:
+            return 0.0
+        return (self.frames[-1].timestamp_ns - self.frames[0].timestamp_ns) / 1e9

@@ -1,0 +1,427 @@
+"""Decide whether an uploaded drive log may enter the lake, and say exactly why not.
+
+``validate_drive_log`` never raises for bad data: the ingest asset must turn every rejected
+upload into a quarantine entry with reasons an operator can act on, and one bad file must not
+fail a whole batch. It collects as many independent reasons as the file allows (a log with a
+missing key *and* NaN speeds reports both); only integrity failures stop early, because nothing
+in a damaged file can be trusted.
+
+Reason codes (stable, used by dashboards and tests):
+
+- integrity (from the reader): ``empty``, ``not_mcap``, ``truncated``, ``crc_mismatch``,
+  ``corrupt``, ``unreadable``
+- channels: ``missing_channel``, ``wrong_schema``, ``decode_error``, ``unaligned_channel``,
+  ``bad_image``
+- metadata: ``missing_metadata``, ``duplicate_metadata``, ``schema_drift``,
+  ``empty_metadata_value``, ``invalid_category``, ``invalid_recorded_at``, ``invalid_vin``,
+  ``invalid_pseudonym`` (anonymized logs)
+- timing: ``too_few_frames``, ``non_monotonic_time``, ``frame_rate_out_of_range``,
+  ``time_gap``, ``event_outside_log``
+- signals and images: ``non_finite_signal``, ``signal_out_of_range``, ``empty_image``,
+  ``inconsistent_image_dims``
+
+Thresholds come from the ``validation`` section of ``resources/logs.yaml``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from aiinfra_pipelines.logs import _config, errors
+from aiinfra_pipelines.logs.anonymize import PSEUDONYM_KEY, PSEUDONYM_PREFIX
+from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.model import (
+    METADATA_SCHEMA_VERSION,
+    REQUIRED_METADATA_KEYS,
+    REQUIRED_TOPICS,
+    TOPIC_CAMERA,
+    DriveLog,
+)
+from aiinfra_pipelines.logs.reader import (
+    ScannedLog,
+    build_drive_log,
+    check_schemas,
+    scan_mcap,
+)
+
+# Frame attributes checked for finiteness; the ones with a range in logs.yaml are also bounded.
+SIGNALS: tuple[str, ...] = (
+    "speed_mps",
+    "accel_mps2",
+    "steering_rad",
+    "brake",
+    "latitude",
+    "longitude",
+    "x",
+    "y",
+    "heading",
+)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a log was rejected: a stable ``code`` and a message naming the offending item."""
+
+    code: str
+    message: str
+
+
+@dataclass
+class ValidationReport:
+    """The verdict on one uploaded file, with what could be measured even when rejected."""
+
+    accepted: bool
+    reasons: list[Reason] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
+    frame_count: int = 0
+    duration_s: float = 0.0
+    frame_rate_hz: float | None = None
+    log: DriveLog | None = None
+
+    @property
+    def codes(self) -> list[str]:
+        return [reason.code for reason in self.reasons]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary (no frames) for Dagster metadata and quarantine records."""
+        return {
+            "accepted": self.accepted,
+            "reasons": [{"code": r.code, "message": r.message} for r in self.reasons],
+            "metadata": dict(self.metadata),
+            "frame_count": self.frame_count,
+            "duration_s": self.duration_s,
+            "frame_rate_hz": self.frame_rate_hz,
+        }
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def resolve_rules(rules: dict[str, Any] | None = None) -> dict[str, Any]:
+    """logs.yaml's ``validation`` section with ``rules`` merged over it (tests, experiments).
+
+    Merging rather than replacing lets a caller tighten one threshold without restating all.
+    """
+    return _deep_merge(_config.section("validation"), rules or {})
+
+
+# --------------------------------------------------------------------------- channel checks
+
+
+def check_channels(scanned: ScannedLog) -> list[Reason]:
+    """Required channels must exist with at least one message, with the schema we write."""
+    counts = scanned.message_counts()
+    reasons = [
+        Reason(errors.MISSING_CHANNEL, f"required channel {topic} has no messages")
+        for topic in REQUIRED_TOPICS
+        if counts.get(topic, 0) == 0
+    ]
+    reasons += [
+        Reason(problem.code, problem.message)
+        for problem in check_schemas(scanned.channels, scanned.schemas)
+    ]
+    return reasons
+
+
+# --------------------------------------------------------------------------- metadata checks
+
+
+def expected_metadata_keys(anonymized: bool = False) -> tuple[str, ...]:
+    """The raw contract, or the one after anonymization (``vin`` -> ``vehicle_pseudonym``)."""
+    if not anonymized:
+        return REQUIRED_METADATA_KEYS
+    return tuple(PSEUDONYM_KEY if key == "vin" else key for key in REQUIRED_METADATA_KEYS)
+
+
+def _check_keys(metadata: dict[str, str], anonymized: bool) -> list[Reason]:
+    expected = expected_metadata_keys(anonymized)
+    missing = [key for key in expected if key not in metadata]
+    unexpected = sorted(set(metadata) - set(expected))
+    reasons = []
+    if missing or unexpected:
+        parts = [f"missing keys {missing}"] if missing else []
+        parts += [f"unexpected keys {unexpected}"] if unexpected else []
+        reasons.append(Reason("schema_drift", "metadata " + " and ".join(parts)))
+    version = metadata.get("metadata_schema_version")
+    if version is not None and version != METADATA_SCHEMA_VERSION:
+        reasons.append(
+            Reason(
+                "schema_drift",
+                f"metadata_schema_version {version!r} is not the supported "
+                f"{METADATA_SCHEMA_VERSION!r}",
+            )
+        )
+    empty = [key for key in expected if metadata.get(key) == ""]
+    if empty:
+        reasons.append(Reason("empty_metadata_value", f"metadata keys with empty values {empty}"))
+    return reasons
+
+
+def _check_categories(metadata: dict[str, str], rules: dict[str, Any]) -> list[Reason]:
+    reasons = []
+    for key, allowed in rules["categories"].items():
+        value = metadata.get(key)
+        if value is not None and value not in allowed:
+            reasons.append(
+                Reason("invalid_category", f"{key}={value!r} is not one of {list(allowed)}")
+            )
+    return reasons
+
+
+def _check_recorded_at(metadata: dict[str, str], rules: dict[str, Any]) -> list[Reason]:
+    value = metadata.get("recorded_at")
+    if value is None:
+        return []
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return [Reason("invalid_recorded_at", f"recorded_at {value!r} is not ISO-8601")]
+    if rules["recorded_at_requires_timezone"] and parsed.tzinfo is None:
+        # A naive time is ambiguous across a fleet spanning time zones.
+        return [Reason("invalid_recorded_at", f"recorded_at {value!r} has no UTC offset")]
+    return []
+
+
+def _check_pseudonym(metadata: dict[str, str]) -> list[Reason]:
+    value = metadata.get(PSEUDONYM_KEY)
+    if value is None or re.fullmatch(rf"{PSEUDONYM_PREFIX}[0-9a-f]+", value):
+        return []
+    return [Reason("invalid_pseudonym", f"{PSEUDONYM_KEY} {value!r} is not a pseudonym")]
+
+
+def _check_vin(metadata: dict[str, str], rules: dict[str, Any]) -> list[Reason]:
+    value = metadata.get("vin")
+    if value is None or re.fullmatch(rules["vin_pattern"], value):
+        return []
+    return [Reason("invalid_vin", f"vin of length {len(value)} does not match the VIN pattern")]
+
+
+def check_metadata(
+    metadata: dict[str, str], rules: dict[str, Any], anonymized: bool = False
+) -> list[Reason]:
+    """Key set, schema version, categorical values, recorded_at and VIN (or pseudonym) format."""
+    return [
+        *_check_keys(metadata, anonymized),
+        *_check_categories(metadata, rules),
+        *_check_recorded_at(metadata, rules),
+        *(_check_pseudonym(metadata) if anonymized else _check_vin(metadata, rules)),
+    ]
+
+
+def _metadata_reasons(
+    scanned: ScannedLog, rules: dict[str, Any], anonymized: bool
+) -> tuple[dict, list[Reason]]:
+    records = scanned.drive_log_metadata()
+    if not records:
+        return {}, [Reason(errors.MISSING_METADATA, "no 'drive_log' metadata record")]
+    reasons = []
+    if len(records) > 1:
+        reasons.append(
+            Reason("duplicate_metadata", f"{len(records)} 'drive_log' records; the first is used")
+        )
+    return records[0], reasons + check_metadata(records[0], rules, anonymized)
+
+
+# --------------------------------------------------------------------------- content checks
+
+
+def _frame_rate(times: np.ndarray) -> float | None:
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None
+    return (len(times) - 1) / ((times[-1] - times[0]) / 1e9)
+
+
+def check_timing(times_ns: Iterable[int], rules: dict[str, Any]) -> list[Reason]:
+    """Count, strict monotonicity, average rate and the longest gap of camera frames."""
+    times = np.asarray(list(times_ns), dtype=np.int64)
+    reasons = []
+    if len(times) < rules["min_frames"]:
+        reasons.append(
+            Reason("too_few_frames", f"{len(times)} frames, need at least {rules['min_frames']}")
+        )
+    steps = np.diff(times)
+    backwards = np.flatnonzero(steps <= 0)
+    if backwards.size:
+        reasons.append(
+            Reason(
+                "non_monotonic_time",
+                f"{backwards.size} frame(s) not after their predecessor, first at index "
+                f"{int(backwards[0]) + 1}",
+            )
+        )
+    rate = _frame_rate(times)
+    low, high = rules["frame_rate_hz"]["min"], rules["frame_rate_hz"]["max"]
+    if rate is not None and not low <= rate <= high:
+        reasons.append(
+            Reason("frame_rate_out_of_range", f"frame rate {rate:.2f} Hz not in [{low}, {high}]")
+        )
+    if steps.size and steps.max() / 1e9 > rules["max_gap_s"]:
+        reasons.append(
+            Reason(
+                "time_gap",
+                f"gap of {steps.max() / 1e9:.3f} s between frames exceeds {rules['max_gap_s']} s",
+            )
+        )
+    return reasons
+
+
+def _check_signal(name: str, values: np.ndarray, bounds: dict | None) -> list[Reason]:
+    finite = np.isfinite(values)
+    reasons = []
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        reasons.append(
+            Reason(
+                "non_finite_signal",
+                f"{name} is NaN/inf in {bad.size} frame(s), first at index {int(bad[0])}",
+            )
+        )
+    if bounds is not None:
+        outside = finite & ((values < bounds["min"]) | (values > bounds["max"]))
+        if outside.any():
+            worst = values[outside][np.argmax(np.abs(values[outside]))]
+            reasons.append(
+                Reason(
+                    "signal_out_of_range",
+                    f"{name} outside [{bounds['min']}, {bounds['max']}] in "
+                    f"{int(outside.sum())} frame(s), e.g. {float(worst):g}",
+                )
+            )
+    return reasons
+
+
+def check_signals(log: DriveLog, rules: dict[str, Any]) -> list[Reason]:
+    """Every signal finite, and within its physical range where logs.yaml gives one."""
+    reasons = []
+    for name in SIGNALS:
+        values = np.array([getattr(frame, name) for frame in log.frames], dtype=np.float64)
+        reasons += _check_signal(name, values, rules["ranges"].get(name))
+    event_values = np.array([e.value for e in log.events], dtype=np.float64)
+    reasons += _check_signal("trigger value", event_values, None)
+    return reasons
+
+
+def check_images(log: DriveLog) -> list[Reason]:
+    """Camera frames must be nonempty and all of one size (a model input has fixed dims)."""
+    shapes = [frame.image.shape for frame in log.frames]
+    reasons = []
+    empty = [i for i, shape in enumerate(shapes) if 0 in shape]
+    if empty:
+        reasons.append(
+            Reason("empty_image", f"{len(empty)} empty camera frame(s), first at index {empty[0]}")
+        )
+    distinct = sorted({shape for shape in shapes})
+    if len(distinct) > 1:
+        reasons.append(
+            Reason("inconsistent_image_dims", f"camera frames have several sizes: {distinct}")
+        )
+    return reasons
+
+
+def check_events(log: DriveLog) -> list[Reason]:
+    """A trigger must fire inside the segment it kept, or the segment is not what it claims."""
+    if not log.frames:
+        return []
+    times = [frame.timestamp_ns for frame in log.frames]
+    first, last = min(times), max(times)
+    outside = [e for e in log.events if not first <= e.timestamp_ns <= last]
+    return [
+        Reason("event_outside_log", f"trigger {e.rule} at {e.timestamp_ns} is outside the log")
+        for e in outside
+    ]
+
+
+def check_log_content(log: DriveLog, rules: dict[str, Any] | None = None) -> list[Reason]:
+    """Content checks on an in-memory log (also usable by the fleet before writing)."""
+    resolved = resolve_rules(rules)
+    return [
+        *check_timing((frame.timestamp_ns for frame in log.frames), resolved),
+        *check_signals(log, resolved),
+        *check_images(log),
+        *check_events(log),
+    ]
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _camera_stats(scanned: ScannedLog) -> tuple[int, float, float | None]:
+    times = np.array([m.log_time for m in scanned.messages.get(TOPIC_CAMERA, [])], np.int64)
+    duration = float((times.max() - times.min()) / 1e9) if len(times) > 1 else 0.0
+    return len(times), duration, _frame_rate(times)
+
+
+# Raised by the frame builder for problems that check_channels has already reported.
+_ALREADY_REPORTED = frozenset({errors.MISSING_CHANNEL, errors.WRONG_SCHEMA})
+
+
+def _build(scanned: ScannedLog, metadata: dict, reasons: list[Reason]) -> DriveLog | None:
+    """The decoded log, or ``None`` (with a reason) when frames cannot be rebuilt."""
+    try:
+        return build_drive_log(scanned, metadata)
+    except DriveLogError as exc:
+        if exc.code not in _ALREADY_REPORTED:
+            reasons.append(Reason(exc.code, exc.message))
+        return None
+
+
+def _validate(data: Any, rules: dict[str, Any], anonymized: bool) -> ValidationReport:
+    try:
+        scanned = scan_mcap(data)
+    except DriveLogError as exc:
+        return ValidationReport(accepted=False, reasons=[Reason(exc.code, exc.message)])
+    metadata, reasons = _metadata_reasons(scanned, rules, anonymized)
+    reasons = check_channels(scanned) + reasons
+    log = _build(scanned, metadata, reasons)
+    frame_count, duration, rate = _camera_stats(scanned)
+    if log is not None:
+        reasons += check_log_content(log, rules)
+    else:  # timing needs only the camera channel, so still report it
+        reasons += check_timing((m.log_time for m in scanned.messages[TOPIC_CAMERA]), rules)
+    return ValidationReport(
+        accepted=not reasons,
+        reasons=reasons,
+        metadata=dict(metadata),
+        frame_count=frame_count,
+        duration_s=duration,
+        frame_rate_hz=rate,
+        log=log,
+    )
+
+
+def validate_drive_log(
+    data: bytes, rules: dict[str, Any] | None = None, *, anonymized: bool = False
+) -> ValidationReport:
+    """Validate one uploaded MCAP file (bytes; a path or stream also works).
+
+    ``rules`` overrides parts of logs.yaml's ``validation`` section. ``anonymized=True`` checks
+    the post-anonymization metadata contract (``vehicle_pseudonym`` instead of ``vin``), so the
+    same gate can audit the anonymized asset. Never raises for bad data;
+    an unexpected internal error still becomes a rejection (code ``validation_error``) so one
+    file cannot stop an ingest batch, while the message keeps the bug visible.
+    """
+    resolved = resolve_rules(rules)
+    try:
+        return _validate(data, resolved, anonymized)
+    except Exception as exc:  # the contract is "never raises", even for our own bugs
+        return ValidationReport(
+            accepted=False,
+            reasons=[Reason("validation_error", f"{type(exc).__name__}: {exc}")],
+        )
