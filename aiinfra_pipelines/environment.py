@@ -1,0 +1,68 @@
+"""The deployment environment (``AIINFRA_ENV``: local, ci, prod) and the resources it selects.
+
+Only configuration differs between a laptop and the cluster: the same code location loads
+everywhere, and building prod resources never contacts a server (secrets resolve from
+``dg.EnvVar`` at run time).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dagster as dg
+
+from aiinfra_pipelines.config import load_resource_yaml
+
+ENVIRONMENTS = ("local", "ci", "prod")
+
+
+def environment_name() -> str:
+    name = os.environ.get("AIINFRA_ENV", "local")
+    if name not in ENVIRONMENTS:
+        raise ValueError(f"AIINFRA_ENV={name!r}: expected one of {', '.join(ENVIRONMENTS)}")
+    return name
+
+
+def load_environment(name: str | None = None) -> dict[str, Any]:
+    return load_resource_yaml(f"environments/{name or environment_name()}.yaml")
+
+
+def build_lake(settings: dict[str, Any]):
+    """The lake adapter the environment names."""
+    from aiinfra_pipelines.lake.lakefs import LakeFSLake
+    from aiinfra_pipelines.lake.local import LocalLake
+
+    lake_settings = settings["lake"]
+    adapter = lake_settings["adapter"]
+    if adapter == "local":
+        return LocalLake(repository=lake_settings["repository"], root=lake_settings.get("root", ""))
+    if adapter == "lakefs":
+        return LakeFSLake(
+            repository=lake_settings["repository"],
+            endpoint=dg.EnvVar("LAKEFS_ENDPOINT"),
+            access_key_id=dg.EnvVar("LAKEFS_ACCESS_KEY_ID"),
+            secret_access_key=dg.EnvVar("LAKEFS_SECRET_ACCESS_KEY"),
+            storage_namespace=lake_settings.get("storage_namespace", ""),
+        )
+    raise ValueError(f"unknown lake adapter {adapter!r} (expected 'local' or 'lakefs')")
+
+
+def build_resources(name: str | None = None) -> dict[str, Any]:
+    """Resources for one environment, keyed as the assets and sensors expect them."""
+    from aiinfra_pipelines.ingest.resources import AnonymizationKey
+    from aiinfra_pipelines.lake.io_manager import LakeIOManager
+
+    settings = load_environment(name)
+    lake = build_lake(settings)
+    anonymization = (
+        AnonymizationKey(key_hex=dg.EnvVar("AIINFRA_ANON_KEY"))
+        if settings.get("anonymization", {}).get("key_from_env")
+        or os.environ.get("AIINFRA_ANON_KEY")
+        else AnonymizationKey()
+    )
+    return {
+        "lake": lake,
+        "io_manager": LakeIOManager(lake=lake),
+        "anonymization": anonymization,
+    }

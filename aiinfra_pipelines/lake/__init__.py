@@ -1,0 +1,51 @@
+"""The versioned data lake: one port, a local and a lakeFS adapter, and the IO manager."""
+
+from aiinfra_pipelines.lake.errors import (
+    BranchExistsError,
+    ConcurrentUpdateError,
+    InvalidKeyError,
+    LakeError,
+    MergeConflictError,
+    NotFoundError,
+    NothingToCommitError,
+    TagExistsError,
+)
+from aiinfra_pipelines.lake.keys import (
+    validate_branch_name,
+    validate_key,
+    validate_prefix,
+    validate_tag_name,
+)
+from aiinfra_pipelines.lake.lakefs import LakeFSLake
+from aiinfra_pipelines.lake.local import LocalLake
+from aiinfra_pipelines.lake.port import (
+    DEFAULT_BRANCH,
+    BranchInfo,
+    CommitInfo,
+    DiffEntry,
+    ObjectStat,
+    VersionedLake,
+)
+
+__all__ = [
+    "DEFAULT_BRANCH",
+    "BranchExistsError",
+    "BranchInfo",
+    "CommitInfo",
+    "ConcurrentUpdateError",
+    "DiffEntry",
+    "InvalidKeyError",
+    "LakeError",
+    "LakeFSLake",
+    "LocalLake",
+    "MergeConflictError",
+    "NotFoundError",
+    "NothingToCommitError",
+    "ObjectStat",
+    "TagExistsError",
+    "VersionedLake",
+    "validate_branch_name",
+    "validate_key",
+    "validate_prefix",
+    "validate_tag_name",
+]

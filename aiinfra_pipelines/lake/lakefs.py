@@ -1,0 +1,450 @@
+"""``LakeFSLake``: the ``VersionedLake`` port on a lakeFS server, via the ``lakefs`` SDK.
+
+Written against ``lakefs`` 0.16 (the high-level wrapper over ``lakefs-sdk`` 1.x). Where the
+wrapper has no call for what we need (listing branches/tags together with their commit ids,
+finding a merge base) we use ``client.sdk_client.<api>`` from the same SDK, through the SDK's
+own ``generate_listing``/``api_exception_handler`` so errors arrive as ``lakefs.exceptions``.
+
+lakeFS facts this adapter relies on (checked against the lakeFS server source):
+
+* ``diff_refs`` defaults to a *three-dot* compare; ``type="two_dot"`` gives ``left..right``
+  (``added`` = only on the right), the orientation of ``LocalLake``. Both refs are resolved to
+  commit ids first, so a branch means its HEAD commit and staged changes never leak in.
+* A commit with nothing staged fails with 400 "no changes" (mapped to ``NothingToCommitError``);
+  a merge conflict is 409 without the conflicting paths, so we recompute them from diffs.
+* A merge into a branch with uncommitted changes fails (dirty branch); we check first to raise
+  a clear ``LakeError``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import dagster as dg
+import lakefs
+import lakefs_sdk
+from lakefs import exceptions as lakefs_exc
+from lakefs.exceptions import api_exception_handler
+from lakefs.models import Change, ObjectInfo
+from lakefs.reference import generate_listing
+from pydantic import PrivateAttr
+
+from aiinfra_pipelines.lake.errors import (
+    BranchExistsError,
+    ConcurrentUpdateError,
+    LakeError,
+    MergeConflictError,
+    NotFoundError,
+    NothingToCommitError,
+    TagExistsError,
+)
+from aiinfra_pipelines.lake.keys import (
+    validate_branch_name,
+    validate_key,
+    validate_prefix,
+    validate_tag_name,
+)
+from aiinfra_pipelines.lake.port import (
+    DEFAULT_BRANCH,
+    BranchInfo,
+    CommitInfo,
+    DiffEntry,
+    ObjectStat,
+    VersionedLake,
+    check_metadata,
+)
+
+_DIFF_TYPES = ("added", "removed", "changed")
+
+
+def _resolve_config(value: str) -> str:
+    """The real value of a config field.
+
+    Inside ``Definitions`` Dagster swaps ``EnvVar`` fields for their values; a resource used
+    directly (CLI, scripts, tests) still holds the ``EnvVar`` object, whose ``str`` is the
+    variable *name*, so resolve it here.
+    """
+    if isinstance(value, dg.EnvVar):
+        return value.get_value() or ""
+    return value
+
+
+def _message(exc: BaseException) -> str:
+    """The server's error message when there is one, else the exception text."""
+    body: Any = getattr(exc, "body", None)
+    if isinstance(body, bytes | str):
+        try:
+            body = json.loads(body)
+        except (ValueError, TypeError):
+            return str(body) or str(exc)
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])
+    reason = getattr(exc, "reason", None)
+    return f"{reason}" if reason else (str(exc) or type(exc).__name__)
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    if status is None:
+        status = getattr(exc, "status", None)
+    return status if isinstance(status, int) else None
+
+
+@contextmanager
+def _translate(what: str) -> Iterator[None]:
+    """Map SDK exceptions raised inside the block to ``aiinfra_pipelines.lake.errors``."""
+    try:
+        yield
+    except LakeError:
+        raise
+    except lakefs_exc.NotFoundException as exc:
+        raise NotFoundError(f"{what}: not found ({_message(exc)})") from exc
+    except lakefs_exc.LakeFSException as exc:
+        raise LakeError(f"{what}: {_message(exc)}") from exc
+    except lakefs_sdk.ApiException as exc:  # calls the wrapper does not translate (presign)
+        if exc.status == 404:
+            raise NotFoundError(f"{what}: not found ({_message(exc)})") from exc
+        raise LakeError(f"{what}: HTTP {exc.status}: {_message(exc)}") from exc
+
+
+def _diff_entries(changes: Iterator[Change]) -> list[DiffEntry]:
+    entries = [
+        DiffEntry(key=c.path, type=c.type, size=c.size_bytes)
+        for c in changes
+        if c.path_type == "object" and c.type in _DIFF_TYPES
+    ]
+    return sorted(entries, key=lambda e: e.key)
+
+
+def _commit_info(commit: lakefs.Commit) -> CommitInfo:
+    return CommitInfo(
+        id=commit.id,
+        parents=list(commit.parents or []),
+        message=commit.message,
+        metadata=dict(commit.metadata or {}),
+        created_at=datetime.fromtimestamp(commit.creation_date, tz=UTC),
+    )
+
+
+class LakeFSLake(VersionedLake):
+    """``VersionedLake`` on a lakeFS server.
+
+    ``storage_namespace`` (e.g. ``s3://bucket/drive-data``) is only needed to *create* the
+    repository. The SDK client (a urllib3 pool) is built lazily and never pickled: a pickled
+    resource carries only its fields (see ``VersionedLake.__reduce__``).
+    """
+
+    endpoint: str
+    access_key_id: str
+    secret_access_key: str
+    storage_namespace: str = ""
+
+    _client: Any = PrivateAttr(default=None)
+
+    # ============================================================================ plumbing
+    @property
+    def client(self) -> lakefs.Client:
+        """The ``lakefs.Client`` for this server (created on first use)."""
+        if self._client is None:
+            self._client = lakefs.Client(
+                host=_resolve_config(self.endpoint),
+                username=_resolve_config(self.access_key_id),
+                password=_resolve_config(self.secret_access_key),
+            )
+        return self._client
+
+    def _repo(self) -> lakefs.Repository:
+        return lakefs.Repository(self.repository, client=self.client)
+
+    def _where(self, ref: str, key: str | None = None) -> str:
+        where = f"lakefs://{self.repository}/{ref}"
+        return f"{where}/{key}" if key is not None else where
+
+    # ============================================================================ repository
+    def ensure_repository(self) -> None:
+        """See ``VersionedLake.ensure_repository``; lakeFS creates ``main`` and the root commit."""
+        repo = self._repo()
+        with _translate(f"repository {self.repository!r}"):
+            try:
+                repo.properties  # noqa: B018 - GET /repositories/{id}
+                return
+            except lakefs_exc.NotFoundException:
+                pass
+            namespace = _resolve_config(self.storage_namespace)
+            if not namespace:
+                raise LakeError(
+                    f"repository {self.repository!r} does not exist and no storage_namespace is "
+                    "configured to create it (e.g. s3://bucket/drive-data)"
+                )
+            repo.create(storage_namespace=namespace, default_branch=DEFAULT_BRANCH, exist_ok=True)
+
+    # ============================================================================ branches
+    def create_branch(
+        self, name: str, source_ref: str = DEFAULT_BRANCH, exist_ok: bool = False
+    ) -> BranchInfo:
+        """See ``VersionedLake.create_branch``."""
+        validate_branch_name(name)
+        branch = self._repo().branch(name)
+        with _translate(f"create branch {name!r} from {source_ref!r}"):
+            try:
+                branch.create(source_ref)
+            except lakefs_exc.ConflictException as exc:
+                if not exist_ok:
+                    raise BranchExistsError(
+                        f"branch {name!r} already exists in repository {self.repository!r}"
+                    ) from exc
+            return BranchInfo(name=name, head=branch.head.id)
+
+    def delete_branch(self, name: str) -> None:
+        """See ``VersionedLake.delete_branch``."""
+        validate_branch_name(name)
+        if name == DEFAULT_BRANCH:
+            raise LakeError(f"refusing to delete the default branch {DEFAULT_BRANCH!r}")
+        with _translate(f"delete branch {self._where(name)}"):
+            self._repo().branch(name).delete()
+
+    def list_branches(self, prefix: str = "") -> list[BranchInfo]:
+        """See ``VersionedLake.list_branches``."""
+        api = self.client.sdk_client.branches_api
+        with _translate(f"list branches of {self.repository!r}"):
+            refs = list(generate_listing(api.list_branches, self.repository, prefix=prefix or None))
+        return sorted((BranchInfo(name=r.id, head=r.commit_id) for r in refs), key=lambda b: b.name)
+
+    def branch_exists(self, name: str) -> bool:
+        """See ``VersionedLake.branch_exists``."""
+        validate_branch_name(name)
+        with _translate(f"branch {self._where(name)}"):
+            try:
+                self._repo().branch(name).head  # noqa: B018 - GET /branches/{id}
+            except lakefs_exc.NotFoundException:
+                return False
+            return True
+
+    def resolve_ref(self, ref: str) -> str:
+        """See ``VersionedLake.resolve_ref``; a malformed ref (400) is reported as not found."""
+        with _translate(f"resolve {self._where(ref)}"):
+            try:
+                return self._repo().ref(ref).get_commit().id
+            except lakefs_exc.BadRequestException as exc:
+                raise NotFoundError(f"ref {ref!r} not found: {_message(exc)}") from exc
+
+    # ============================================================================ objects
+    def put_object(self, branch: str, key: str, data: bytes) -> ObjectStat:
+        """See ``VersionedLake.put_object``."""
+        validate_branch_name(branch)
+        validate_key(key)
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"put_object needs bytes, got {type(data).__name__}")
+        obj = self._repo().branch(branch).object(key)
+        with _translate(f"put {self._where(branch, key)}"):
+            obj.upload(bytes(data), mode="wb")
+            info = obj.stat()
+        return ObjectStat(key=key, size=int(info.size_bytes or len(data)), checksum=info.checksum)
+
+    def get_object(self, ref: str, key: str) -> bytes:
+        """See ``VersionedLake.get_object``."""
+        validate_key(key)
+        obj = self._repo().ref(ref).object(key)
+        with _translate(f"get {self._where(ref, key)}"), obj.reader(mode="rb") as reader:
+            data = reader.read()
+        return data if isinstance(data, bytes) else data.encode("utf-8")
+
+    def stat_object(self, ref: str, key: str) -> ObjectStat:
+        """See ``VersionedLake.stat_object``."""
+        validate_key(key)
+        with _translate(f"stat {self._where(ref, key)}"):
+            info = self._repo().ref(ref).object(key).stat()
+        return ObjectStat(key=key, size=int(info.size_bytes or 0), checksum=info.checksum)
+
+    def object_exists(self, ref: str, key: str) -> bool:
+        """See ``VersionedLake.object_exists``; a missing ref raises ``NotFoundError``."""
+        validate_key(key)
+        with _translate(f"exists {self._where(ref, key)}"):
+            if self._repo().ref(ref).object(key).exists():
+                return True
+        self.resolve_ref(ref)  # 404 on HEAD is ambiguous: tell a missing ref from a missing key
+        return False
+
+    def list_objects(self, ref: str, prefix: str = "") -> list[ObjectStat]:
+        """See ``VersionedLake.list_objects``."""
+        validate_prefix(prefix)
+        with _translate(f"list {self._where(ref, prefix)}"):
+            items = list(self._repo().ref(ref).objects(prefix=prefix or None))
+        stats = [
+            ObjectStat(key=i.path, size=int(i.size_bytes or 0), checksum=i.checksum)
+            for i in items
+            if isinstance(i, ObjectInfo)
+        ]
+        return sorted(stats, key=lambda s: s.key)
+
+    def delete_object(self, branch: str, key: str) -> None:
+        """See ``VersionedLake.delete_object``."""
+        validate_branch_name(branch)
+        validate_key(key)
+        obj = self._repo().branch(branch).object(key)
+        with _translate(f"delete {self._where(branch, key)}"):
+            # lakeFS may answer 204 for an absent key; the port promises NotFoundError.
+            if not obj.exists():
+                raise NotFoundError(f"object {key!r} not found on branch {branch!r}")
+            obj.delete()
+
+    def uncommitted(self, branch: str) -> list[DiffEntry]:
+        """See ``VersionedLake.uncommitted``."""
+        validate_branch_name(branch)
+        with _translate(f"uncommitted changes of {self._where(branch)}"):
+            return _diff_entries(self._repo().branch(branch).uncommitted())
+
+    # ============================================================================ history
+    def commit(
+        self,
+        branch: str,
+        message: str,
+        metadata: dict[str, str] | None = None,
+        allow_empty: bool = False,
+    ) -> str:
+        """See ``VersionedLake.commit``."""
+        validate_branch_name(branch)
+        meta = check_metadata(metadata)
+        with _translate(f"commit on {self._where(branch)}"):
+            try:
+                ref = (
+                    self._repo()
+                    .branch(branch)
+                    .commit(message=message, metadata=meta or None, allow_empty=allow_empty)
+                )
+            except lakefs_exc.BadRequestException as exc:
+                if "no changes" in _message(exc).lower():
+                    raise NothingToCommitError(
+                        f"nothing to commit on branch {branch!r}: no staged changes"
+                    ) from exc
+                raise
+            except lakefs_exc.ServerException as exc:
+                text = _message(exc).lower()
+                if _status(exc) == 409 or "locked" in text or "not head" in text:
+                    raise ConcurrentUpdateError(
+                        f"commit on {branch!r} raced another writer: {_message(exc)}"
+                    ) from exc
+                raise
+            return ref.id
+
+    def log(
+        self, ref: str, limit: int | None = None, stop_at: str | None = None
+    ) -> list[CommitInfo]:
+        """See ``VersionedLake.log``. ``stop_at`` is applied client-side so its exclusivity
+        does not depend on the server version."""
+        if limit is not None and limit < 0:
+            raise LakeError(f"log limit must be >= 0, got {limit}")
+        if limit == 0:
+            return []
+        out: list[CommitInfo] = []
+        with _translate(f"log of {self._where(ref)}"):
+            for commit in self._repo().ref(ref).log():
+                if stop_at is not None and commit.id == stop_at:
+                    break
+                out.append(_commit_info(commit))
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
+    def diff(
+        self, left_ref: str, right_ref: str, prefix: str = "", three_dot: bool = False
+    ) -> list[DiffEntry]:
+        """See ``VersionedLake.diff``."""
+        validate_prefix(prefix)
+        left = self.resolve_ref(left_ref)
+        right = self.resolve_ref(right_ref)
+        kind = "three_dot" if three_dot else "two_dot"
+        with _translate(f"diff {left_ref!r}..{right_ref!r}"):
+            changes = self._repo().ref(left).diff(right, prefix=prefix or None, type=kind)
+            return _diff_entries(changes)
+
+    def _conflicting_keys(self, base: str, source: str, destination: str) -> list[str]:
+        """Keys both sides changed since ``base`` to different results (lakeFS's 409 body does
+        not list them)."""
+        from_source = {e.key: e for e in self.diff(base, source)}
+        from_dest = {e.key: e for e in self.diff(base, destination)}
+        conflicts: list[str] = []
+        for key in sorted(from_source.keys() & from_dest.keys()):
+            removed_src = from_source[key].type == "removed"
+            removed_dst = from_dest[key].type == "removed"
+            if removed_src and removed_dst:
+                continue
+            if removed_src != removed_dst:
+                conflicts.append(key)
+                continue
+            if (
+                self.stat_object(source, key).checksum
+                != self.stat_object(destination, key).checksum
+            ):
+                conflicts.append(key)
+        return conflicts
+
+    def merge(
+        self,
+        source_ref: str,
+        destination_branch: str,
+        message: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> str:
+        """See ``VersionedLake.merge``."""
+        validate_branch_name(destination_branch)
+        meta = check_metadata(metadata)
+        if self.uncommitted(destination_branch):
+            raise LakeError(
+                f"cannot merge into {destination_branch!r}: it has uncommitted changes; "
+                "commit or discard them first"
+            )
+        source = self.resolve_ref(source_ref)
+        refs_api = self.client.sdk_client.refs_api
+        with _translate(f"merge {source_ref!r} into {destination_branch!r}"):
+            with api_exception_handler():
+                found = refs_api.find_merge_base(self.repository, source, destination_branch)
+            if found.base_commit_id == found.source_commit_id:
+                return found.destination_commit_id  # already merged
+            options: dict[str, Any] = {
+                "message": message or f"Merge '{source_ref}' into '{destination_branch}'",
+                "allow_empty": True,  # the port always records a merge commit
+            }
+            if meta:
+                options["metadata"] = meta
+            try:
+                return self._repo().ref(source).merge_into(destination_branch, **options)
+            except lakefs_exc.ConflictException as exc:
+                conflicts = self._conflicting_keys(
+                    found.base_commit_id, source, found.destination_commit_id
+                )
+                raise MergeConflictError(
+                    conflicts or ["(lakeFS did not report the paths)"],
+                    source_ref,
+                    destination_branch,
+                ) from exc
+
+    # ============================================================================ tags
+    def create_tag(self, tag: str, ref: str) -> str:
+        """See ``VersionedLake.create_tag``; the ref is resolved first, so the tag is pinned to
+        the commit id we return even if a branch moves meanwhile."""
+        validate_tag_name(tag)
+        commit_id = self.resolve_ref(ref)
+        with _translate(f"create tag {tag!r} at {ref!r}"):
+            try:
+                self._repo().tag(tag).create(commit_id)
+            except lakefs_exc.ConflictException as exc:
+                raise TagExistsError(f"tag {tag!r} already exists") from exc
+        return commit_id
+
+    def list_tags(self) -> dict[str, str]:
+        """See ``VersionedLake.list_tags``."""
+        api = self.client.sdk_client.tags_api
+        with _translate(f"list tags of {self.repository!r}"):
+            refs = list(generate_listing(api.list_tags, self.repository))
+        return {r.id: r.commit_id for r in sorted(refs, key=lambda r: r.id)}
+
+    def delete_tag(self, tag: str) -> None:
+        """See ``VersionedLake.delete_tag``."""
+        validate_tag_name(tag)
+        with _translate(f"delete tag {tag!r}"):
+            self._repo().tag(tag).delete()
