@@ -1,0 +1,1 @@
+"""The simulated fleet: highway-env drives, image degradations, vehicle-side triggers."""

@@ -1,0 +1,75 @@
+"""Drive the simulated fleet and land what the vehicles kept: the uploader a CLI user runs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.logs.model import DriveLog
+from aiinfra_pipelines.logs.writer import encode_drive_log
+
+from .landing import LandedBatch, land_batch
+from .simulator import drive_fleet
+
+
+def _progress(console: Console | None) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+def drive_fleet_logs(
+    *, vehicles: int, episodes: int, seed: int, console: Console | None = None
+) -> list[tuple[str, bytes, DriveLog]]:
+    """Drive ``vehicles`` × ``episodes`` with a progress bar; returns (log id, MCAP, log)."""
+    with _progress(console) as progress:
+        task = progress.add_task("driving", total=vehicles * episodes)
+        logs = drive_fleet(
+            vehicles,
+            episodes,
+            seed,
+            on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+        )
+        encode = progress.add_task("encoding MCAP", total=len(logs))
+        encoded = []
+        for log in logs:
+            encoded.append((log.log_id, encode_drive_log(log), log))
+            progress.advance(encode)
+    return encoded
+
+
+def drive_and_land(
+    lake: VersionedLake,
+    *,
+    vehicles: int,
+    episodes: int,
+    seed: int,
+    batch_id: str | None = None,
+    console: Console | None = None,
+) -> LandedBatch:
+    """Drive, then land every kept segment on ``ingest-<batch>`` as one commit."""
+    logs = drive_fleet_logs(vehicles=vehicles, episodes=episodes, seed=seed, console=console)
+    if not logs:
+        raise RuntimeError("no trigger fired on any vehicle: nothing to upload (try more episodes)")
+    batch = batch_id or datetime.now(UTC).strftime("fleet%Y%m%dT%H%M%S") + f"-s{seed}"
+    models = sorted({log.metadata["vehicle_model"] for _, _, log in logs})
+    vehicle_ids = sorted({log.metadata["vin"][-6:] for _, _, log in logs})
+    return land_batch(
+        lake,
+        batch,
+        [(log_id, data) for log_id, data, _ in logs],
+        {
+            "vehicles": str(vehicles),
+            "episodes": str(episodes),
+            "seed": str(seed),
+            "vehicle_models": ",".join(models),
+            "vehicle_ids": ",".join(vehicle_ids),
+        },
+    )

@@ -1,0 +1,270 @@
+"""The highway-env adapter: building environments and reading ego state and ground truth.
+
+Everything that touches highway-env internals lives here, so a highway-env upgrade is a
+one-file change. Conventions at this boundary:
+
+* highway-env's world frame is x forward along the road, y *down* in the rendered image (lane
+  index grows to the right). Logs use ENU (x east, y north, heading counter-clockwise): we map
+  ``east = x``, ``north = -y``, ``heading = -heading``, ``steering = -steering``, so positive
+  steering turns left like in ISO 8855.
+* Ground-truth vehicles are expressed in the ego frame (x ahead, y left) with positions *and
+  velocities relative to ego*.
+* ``lane_offset`` comes from the other vehicle's lateral coordinate in the ego lane's own
+  coordinate system, so it follows curved roads. On straight roads (highway, merge) it is the
+  exact lane difference; in roundabouts and intersections it is an approximation (crossing
+  traffic inside the junction projects onto ego's lane, which is where it matters anyway).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+# highway-env draws with pygame; headless machines need the dummy video driver.
+os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+import gymnasium as gym
+import highway_env  # noqa: F401  (import registers the highway-env environments)
+import numpy as np
+from highway_env import utils as he_utils
+from highway_env.envs.common.graphics import EnvViewer
+
+from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
+from aiinfra_pipelines.logs.model import OtherVehicle
+
+
+@dataclass(frozen=True)
+class EgoState:
+    """The ego vehicle at one policy step, already in log (ENU) conventions."""
+
+    east_m: float
+    north_m: float
+    heading_rad: float
+    speed_mps: float
+    steering_rad: float
+    lane_index: int
+    lane_count: int
+    road_edge: str
+    crashed: bool
+
+
+def env_config(road_type: str, config: FleetConfig | None = None) -> dict[str, Any]:
+    """The highway-env ``config`` dict for ``road_type``, built from fleet.yaml.
+
+    All road types share one action space (DiscreteMetaAction with lateral and longitudinal
+    actions: intersection-v0 defaults to longitudinal only) and one camera.
+    """
+    cfg = fleet_config(config)
+    sim = cfg["simulation"]
+    road = sim["road_types"][road_type]
+    camera = cfg["camera"]
+    settings: dict[str, Any] = {
+        "observation": dict(sim["observation"]),
+        "action": {
+            "type": "DiscreteMetaAction",
+            "longitudinal": True,
+            "lateral": True,
+            "target_speeds": [float(s) for s in road["target_speeds_mps"]],
+        },
+        "policy_frequency": int(sim["policy_frequency_hz"]),
+        "simulation_frequency": int(sim["simulation_frequency_hz"]),
+        "other_vehicles_type": str(sim["other_vehicles_type"]),
+        "screen_width": int(camera["width_px"]),
+        "screen_height": int(camera["height_px"]),
+        "scaling": float(camera["scaling_px_per_m"]),
+        "centering_position": [float(c) for c in camera["centering_position"]],
+        "offscreen_rendering": True,
+        "show_trajectories": False,
+        "real_time_rendering": False,
+    }
+    settings.update(dict(road.get("env_config") or {}))
+    if settings["simulation_frequency"] % settings["policy_frequency"]:
+        raise ValueError("simulation_frequency_hz must be a multiple of policy_frequency_hz")
+    return settings
+
+
+@contextmanager
+def isolated_behaviour_class(config: FleetConfig | None = None) -> Iterator[None]:
+    """Restore the other-vehicle class's constants after an episode.
+
+    intersection-v0 overwrites class attributes of the IDM model (DISTANCE_WANTED, comfort
+    accelerations) for the whole process; without this, a highway episode would drive
+    differently depending on whether an intersection episode ran before it, breaking
+    determinism under the seed.
+    """
+    cls = he_utils.class_from_path(str(fleet_config(config)["simulation"]["other_vehicles_type"]))
+    missing = object()
+    names = [n for n in dir(cls) if n.isupper()]
+    saved = {n: cls.__dict__.get(n, missing) for n in names}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:
+                if name in cls.__dict__:
+                    delattr(cls, name)
+            else:
+                setattr(cls, name, value)
+
+
+def make_env(road_type: str, seed: int, config: FleetConfig | None = None) -> gym.Env:
+    """A reset, seeded, rendering highway-env environment for ``road_type``.
+
+    Call inside :func:`isolated_behaviour_class` and close it when done.
+    """
+    road = fleet_config(config)["simulation"]["road_types"][road_type]
+    with warnings.catch_warnings():
+        # "merge-v0 is out of date": v0 is the variant with the geometry we document.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        env = gym.make(
+            str(road["env_id"]),
+            render_mode="rgb_array",
+            config=env_config(road_type, config),
+            disable_env_checker=True,
+        )
+    env.reset(seed=seed)
+    base = env.unwrapped
+    # highway-env disables drawing entirely under SDL's dummy driver; we render offscreen into
+    # a plain surface, which works headless, so switch drawing back on.
+    viewer = EnvViewer(base)
+    viewer.enabled = True
+    base.viewer = viewer
+    return env
+
+
+def render_frame(env: gym.Env) -> np.ndarray:
+    """The camera image of the current state (a fresh, writable H x W x 3 uint8 array).
+
+    ``env.render()`` also arms highway-env's "automatic rendering" of every intermediate
+    physics step during the next ``env.step``; those frames are never recorded, so disarm it
+    (it would double the rendering cost).
+    """
+    image = np.ascontiguousarray(env.render())
+    env.unwrapped.enable_auto_render = False
+    return image
+
+
+def ego_state(env: gym.Env) -> EgoState:
+    """Read the controlled vehicle's kinematics and lane in ENU conventions."""
+    base = env.unwrapped
+    ego = base.vehicle
+    start, end, lane_id = ego.lane_index
+    lanes = base.road.network.graph[start][end]
+    lane_count = len(lanes)
+    # Forbidden lanes (merge-v0's on-ramp) are not drivable for ego: do not count them.
+    while lane_count - 1 > lane_id and lanes[lane_count - 1].forbidden:
+        lane_count -= 1
+    return EgoState(
+        east_m=float(ego.position[0]),
+        north_m=float(-ego.position[1]),
+        heading_rad=_wrap(-float(ego.heading)),
+        speed_mps=float(ego.speed),
+        steering_rad=-float(ego.action.get("steering", 0.0)),
+        lane_index=int(lane_id),
+        lane_count=int(lane_count),
+        road_edge=f"{start}->{end}",
+        crashed=bool(ego.crashed),
+    )
+
+
+class GroundTruthReader:
+    """Surrounding vehicles as ``OtherVehicle`` records, with stable per-episode ids."""
+
+    def __init__(self, config: FleetConfig | None = None) -> None:
+        cfg = fleet_config(config)
+        self._range_m = float(cfg["ground_truth"]["range_m"])
+        self._plate = cfg["camera"]["plate"]
+        self._ids: dict[int, int] = {}
+        self._alive: list[object] = []  # keep objects referenced so id() is never reused
+
+    def read(self, env: gym.Env, image: np.ndarray | None = None) -> list[OtherVehicle]:
+        """Vehicles within range; paints their plates into ``image`` (after ``env.render``).
+
+        Plate boxes use the viewer's current world-to-pixel mapping (``sim_surface.origin`` and
+        ``scaling``, set by the last render), so they line up with the rendered frame.
+        """
+        base = env.unwrapped
+        ego = base.vehicle
+        heading = -float(ego.heading)
+        cos_h, sin_h = math.cos(heading), math.sin(heading)
+        ego_pos = _enu(ego.position)
+        ego_vel = _enu(ego.velocity)
+        lane = ego.lane
+        surface = base.viewer.sim_surface if base.viewer is not None else None
+        others = []
+        for vehicle in base.road.vehicles:
+            if vehicle is ego:
+                continue
+            delta = _enu(vehicle.position) - ego_pos
+            if float(np.hypot(*delta)) > self._range_m:
+                continue
+            rel_vel = _enu(vehicle.velocity) - ego_vel
+            longitudinal, lateral = lane.local_coordinates(vehicle.position)
+            width = float(lane.width_at(longitudinal))
+            box = None
+            if surface is not None and image is not None:
+                box = self._plate_box(vehicle, surface, image.shape[1], image.shape[0])
+                if box is not None:
+                    x0, y0, x1, y1 = box
+                    image[y0:y1, x0:x1] = np.asarray(self._plate["color_rgb"], dtype=np.uint8)
+            others.append(
+                OtherVehicle(
+                    vehicle_id=self._id_of(vehicle),
+                    x=float(cos_h * delta[0] + sin_h * delta[1]),
+                    y=float(-sin_h * delta[0] + cos_h * delta[1]),
+                    vx=float(cos_h * rel_vel[0] + sin_h * rel_vel[1]),
+                    vy=float(-sin_h * rel_vel[0] + cos_h * rel_vel[1]),
+                    lane_offset=-math.floor(lateral / width + 0.5),
+                    plate_box=box,
+                )
+            )
+        return others
+
+    def _id_of(self, vehicle: object) -> int:
+        key = id(vehicle)
+        if key not in self._ids:
+            self._ids[key] = len(self._ids) + 1
+            self._alive.append(vehicle)
+        return self._ids[key]
+
+    def _plate_box(
+        self, vehicle: Any, surface: Any, width_px: int, height_px: int
+    ) -> tuple[int, int, int, int] | None:
+        """Pixel box ``(x0, y0, x1, y1)``, end-exclusive, of the plate at the vehicle's rear."""
+        h = float(vehicle.heading)
+        forward = np.array([math.cos(h), math.sin(h)])
+        side = np.array([-math.sin(h), math.cos(h)])
+        rear = np.asarray(vehicle.position, dtype=float) - forward * vehicle.LENGTH / 2.0
+        half_w = float(self._plate["width_m"]) / 2.0
+        depth = float(self._plate["depth_m"])
+        corners = np.array(
+            [rear + s * half_w * side + d * forward for s in (-1, 1) for d in (0.0, depth)]
+        )
+        pixels = (corners - np.asarray(surface.origin, dtype=float)) * float(surface.scaling)
+        x0, y0 = np.floor(pixels.min(axis=0)).astype(int)
+        x1, y1 = np.ceil(pixels.max(axis=0)).astype(int)
+        min_size = int(self._plate["min_size_px"])
+        x1, y1 = max(x1, x0 + min_size), max(y1, y0 + min_size)
+        x0, x1 = max(0, int(x0)), min(width_px, int(x1))
+        y0, y1 = max(0, int(y0)), min(height_px, int(y1))
+        if x1 <= x0 or y1 <= y0:
+            return None
+        return int(x0), int(y0), int(x1), int(y1)
+
+
+def _enu(vector: Any) -> np.ndarray:
+    return np.array([float(vector[0]), -float(vector[1])])
+
+
+def _wrap(angle: float) -> float:
+    return math.atan2(math.sin(angle), math.cos(angle))
+
+
+def road_type_settings(road_type: str, config: FleetConfig | None = None) -> Mapping[str, Any]:
+    """The fleet.yaml block for one road type (env id, duration, speeds)."""
+    return fleet_config(config)["simulation"]["road_types"][road_type]

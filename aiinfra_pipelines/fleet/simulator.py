@@ -1,0 +1,244 @@
+"""The simulated fleet: drive highway-env episodes and keep the triggered segments as logs.
+
+One episode = one vehicle driving one road type under one set of conditions. Each policy step
+the car perceives (ground truth -> :class:`Perception`), plans (:class:`RulePlanner`), acts, and
+records a :class:`Frame` (degraded camera image with painted plates, GPS, pose, CAN, ground
+truth). After the drive the vehicle-side triggers pick the segments worth uploading, and each
+segment becomes one :class:`DriveLog`. Everything is derived from the seed: the same seed gives
+byte-identical images and identical metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from aiinfra_pipelines.fleet.conditions import Conditions, plan_conditions
+from aiinfra_pipelines.fleet.degradation import degrade
+from aiinfra_pipelines.fleet.perception import perception_from_ground_truth
+from aiinfra_pipelines.fleet.planner import RulePlanner
+from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
+from aiinfra_pipelines.fleet.sim_env import (
+    GroundTruthReader,
+    ego_state,
+    isolated_behaviour_class,
+    make_env,
+    render_frame,
+    road_type_settings,
+)
+from aiinfra_pipelines.fleet.triggers import (
+    FrameContext,
+    TriggerConfig,
+    evaluate_triggers,
+    events_in,
+    load_trigger_config,
+    select_segments,
+)
+from aiinfra_pipelines.fleet.vehicles import Vehicle, build_fleet, city_by_name, local_to_gps
+from aiinfra_pipelines.logs.model import METADATA_SCHEMA_VERSION, DriveLog, Frame
+
+NS_PER_S = 1_000_000_000
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass
+class _Recording:
+    """What one episode recorded before the upload filter."""
+
+    frames: list[Frame]
+    crashed: list[bool]
+    road_edges: list[str]
+
+
+def drive_episode(
+    vehicle: Vehicle,
+    episode_index: int,
+    seed: int,
+    conditions: Conditions,
+    config: FleetConfig | None = None,
+    triggers: TriggerConfig | None = None,
+) -> list[DriveLog]:
+    """Drive one episode and return the logs the vehicle would upload (possibly none)."""
+    cfg = fleet_config(config)
+    trig = triggers or load_trigger_config()
+    recording = _record_episode(vehicle, episode_index, seed, conditions, cfg)
+    context = FrameContext(
+        weather=conditions.weather,
+        lighting=conditions.lighting,
+        crashed=recording.crashed,
+        road_edges=recording.road_edges,
+    )
+    events = evaluate_triggers(recording.frames, context, trig)
+    logs = []
+    for segment_index, (start, end) in enumerate(select_segments(recording.frames, events, trig)):
+        frames = recording.frames[start:end]
+        recorded_at = _utc(frames[0].timestamp_ns)
+        metadata = {
+            "metadata_schema_version": METADATA_SCHEMA_VERSION,
+            "log_id": _log_id(recorded_at, seed, vehicle.index, episode_index, segment_index),
+            "vin": vehicle.vin,
+            "vehicle_model": vehicle.model,
+            "sensor_config_version": vehicle.sensor_config_version,
+            "software_version": vehicle.software_version,
+            "trigger_config_version": trig.version,
+            "city": conditions.city,
+            "weather": conditions.weather,
+            "lighting": conditions.lighting,
+            "road_type": conditions.road_type,
+            "recorded_at": recorded_at.isoformat(timespec="milliseconds"),
+        }
+        segment_events = events_in(events, frames[0].timestamp_ns, frames[-1].timestamp_ns)
+        logs.append(DriveLog(metadata=metadata, frames=frames, events=segment_events))
+    return logs
+
+
+def drive_fleet(
+    n_vehicles: int,
+    episodes: int,
+    seed: int,
+    on_progress: ProgressCallback | None = None,
+    software_version: str | None = None,
+    config: FleetConfig | None = None,
+    triggers: TriggerConfig | None = None,
+) -> list[DriveLog]:
+    """Drive ``episodes`` episodes with each of ``n_vehicles`` cars; all uploaded logs.
+
+    ``software_version`` is the engine the fleet runs (fleet.yaml's default, the rule planner,
+    when ``None``). ``on_progress(done, total)`` is called after every episode so a Dagster
+    asset can report progress. Conditions follow fleet.yaml's ``conditions`` mix.
+    """
+    cfg = fleet_config(config)
+    trig = triggers or load_trigger_config()
+    vehicles = build_fleet(n_vehicles, software_version, cfg)
+    plan = plan_conditions([v.city for v in vehicles], episodes, seed, cfg)
+    total = n_vehicles * episodes
+    logs: list[DriveLog] = []
+    done = 0
+    for vehicle, row in zip(vehicles, plan, strict=True):
+        for episode_index, conditions in enumerate(row):
+            logs.extend(drive_episode(vehicle, episode_index, seed, conditions, cfg, trig))
+            done += 1
+            if on_progress is not None:
+                on_progress(done, total)
+    return logs
+
+
+def _record_episode(
+    vehicle: Vehicle,
+    episode_index: int,
+    seed: int,
+    conditions: Conditions,
+    cfg: FleetConfig,
+) -> _Recording:
+    """Run the closed loop and record every policy step (before the upload filter)."""
+    rate_hz = float(cfg["simulation"]["policy_frequency_hz"])
+    dt_s = 1.0 / rate_hz
+    period_ns = round(NS_PER_S / rate_hz)
+    road = road_type_settings(conditions.road_type, cfg)
+    max_steps = round(float(road["max_duration_s"]) * rate_hz)
+    can = cfg["can"]
+    bins = [float(b) for b in cfg["perception"]["bin_edges_m"]]
+    max_range = float(cfg["perception"]["max_range_m"])
+
+    sequence = np.random.SeedSequence([seed, vehicle.index, episode_index])
+    env_seed = int(sequence.generate_state(1)[0])
+    rng = np.random.default_rng(sequence.spawn(1)[0])
+    spread = float(cfg["fleet"]["episode_spread_m"])
+    offset_east, offset_north = rng.uniform(-spread, spread, size=2)
+    origin = city_by_name(conditions.city, cfg)
+    start = _episode_start(seed, vehicle.index, episode_index, cfg)
+    start_ns = int(start.timestamp()) * NS_PER_S
+
+    planner = RulePlanner(cfg)
+    reader = GroundTruthReader(cfg)
+    frames: list[Frame] = []
+    crashed: list[bool] = []
+    edges: list[str] = []
+    previous_speed: float | None = None
+    done = False
+    with isolated_behaviour_class(cfg):
+        env = make_env(conditions.road_type, env_seed, cfg)
+        try:
+            for step in range(max_steps + 1):
+                image = render_frame(env)
+                ego = ego_state(env)
+                others = reader.read(env, image)  # paints plates into image
+                speed = float(np.clip(ego.speed_mps, 0.0, float(can["max_speed_mps"])))
+                accel = 0.0 if previous_speed is None else (speed - previous_speed) / dt_s
+                previous_speed = speed
+                east, north = offset_east + ego.east_m, offset_north + ego.north_m
+                latitude, longitude = local_to_gps(east, north, origin)
+                frames.append(
+                    Frame(
+                        timestamp_ns=start_ns + step * period_ns,
+                        image=degrade(image, conditions.weather, conditions.lighting, rng, cfg),
+                        latitude=latitude,
+                        longitude=longitude,
+                        x=float(east),
+                        y=float(north),
+                        heading=ego.heading_rad,
+                        **_can_signals(speed, accel, ego.steering_rad, can),
+                        lane_index=ego.lane_index,
+                        lane_count=ego.lane_count,
+                        others=others,
+                    )
+                )
+                crashed.append(ego.crashed)
+                edges.append(ego.road_edge)
+                if done or step == max_steps:
+                    break
+                perception = perception_from_ground_truth(
+                    others, ego.lane_index, ego.lane_count, bins, max_range
+                )
+                decision = planner.act(perception, speed)
+                _, _, terminated, truncated, _ = env.step(decision.action)
+                done = bool(terminated or truncated)  # record the final state, then stop
+        finally:
+            env.close()
+    return _Recording(frames=frames, crashed=crashed, road_edges=edges)
+
+
+def _can_signals(
+    speed: float, accel: float, steering: float, can: Mapping[str, Any]
+) -> dict[str, float]:
+    """CAN values clipped to the sensor ranges in fleet.yaml (what a real bus would report)."""
+    max_accel = float(can["max_abs_accel_mps2"])
+    max_steer = float(can["max_abs_steering_rad"])
+    accel = float(np.clip(accel, -max_accel, max_accel))
+    return {
+        "speed_mps": speed,
+        "accel_mps2": accel,
+        "steering_rad": float(np.clip(steering, -max_steer, max_steer)),
+        "brake": float(np.clip(-accel / float(can["full_brake_decel_mps2"]), 0.0, 1.0)),
+    }
+
+
+def _episode_start(seed: int, vehicle_index: int, episode_index: int, cfg: FleetConfig) -> datetime:
+    """Deterministic wall-clock start: base time + seed-derived day + fleet spacing."""
+    times = cfg["time"]
+    base = datetime.fromisoformat(str(times["base_time"])).astimezone(UTC)
+    day = int(np.random.SeedSequence([seed]).generate_state(1)[0]) % int(times["seed_spread_days"])
+    return base + timedelta(
+        days=day,
+        seconds=vehicle_index * int(times["vehicle_spacing_s"])
+        + episode_index * int(times["episode_spacing_s"]),
+    )
+
+
+def _utc(timestamp_ns: int) -> datetime:
+    """A nanosecond Unix timestamp as an aware UTC datetime (microsecond precision)."""
+    seconds, remainder = divmod(timestamp_ns, NS_PER_S)
+    return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=remainder // 1000)
+
+
+def _log_id(
+    recorded_at: datetime, seed: int, vehicle_index: int, episode_index: int, segment: int
+) -> str:
+    """``<UTC time>-<hash>``: sortable, unique, and free of the VIN (no personal data in ids)."""
+    digest = hashlib.sha256(f"{seed}|{vehicle_index}|{episode_index}|{segment}".encode())
+    return f"{recorded_at:%Y%m%dT%H%M%S}-{digest.hexdigest()[:10]}"
