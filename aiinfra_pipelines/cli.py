@@ -1,0 +1,170 @@
+"""The ``aiinfra`` command: the demo loop, the simulated fleet, the lake, and status.
+
+Every command works on the environment's resources (``AIINFRA_ENV``, default local), so the
+same commands inspect a laptop's LocalLake or a production lakeFS.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from aiinfra_pipelines.config import PROJECT_ROOT
+
+app = typer.Typer(help="aiinfra: the perception stack's data loop.", no_args_is_help=True)
+fleet_app = typer.Typer(help="The simulated fleet.", no_args_is_help=True)
+lake_app = typer.Typer(help="The versioned data lake.", no_args_is_help=True)
+app.add_typer(fleet_app, name="fleet")
+app.add_typer(lake_app, name="lake")
+console = Console()
+
+
+def _default_dagster_home() -> None:
+    os.environ.setdefault("DAGSTER_HOME", str(PROJECT_ROOT / "dagster_home"))
+
+
+def _lake():
+    _default_dagster_home()
+    from aiinfra_pipelines.environment import build_lake, load_environment
+
+    lake = build_lake(load_environment())
+    lake.ensure_repository()
+    return lake
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+@fleet_app.command("drive")
+def fleet_drive(
+    vehicles: int = typer.Option(4, "--vehicles", "-n", min=1, help="vehicles in the fleet"),
+    episodes: int = typer.Option(2, "--episodes", "-e", min=1, help="episodes per vehicle"),
+    seed: int = typer.Option(0, "--seed", "-s", help="makes the drive reproducible"),
+    batch: str = typer.Option("", help="upload batch id (default: time + seed)"),
+) -> None:
+    """Drive the simulated fleet and land the kept segments on an ingest branch."""
+    from aiinfra_pipelines.fleet.drive import drive_and_land
+
+    result = drive_and_land(
+        _lake(),
+        vehicles=vehicles,
+        episodes=episodes,
+        seed=seed,
+        batch_id=batch or None,
+        console=console,
+    )
+    console.print(
+        f"landed [bold]{len(result.keys)}[/] log(s), {result.total_bytes / 1e6:.1f} MB "
+        f"on [cyan]{result.branch}[/] at commit [green]{result.commit[:12]}[/]"
+    )
+
+
+@lake_app.command("branches")
+def lake_branches(prefix: str = typer.Option("", help="only branches starting with this")) -> None:
+    """List branches and their head commits."""
+    table = Table("branch", "head")
+    for branch in _lake().list_branches(prefix=prefix):
+        table.add_row(branch.name, branch.head[:12])
+    console.print(table)
+
+
+@lake_app.command("log")
+def lake_log(ref: str = typer.Argument("main"), limit: int = typer.Option(20, min=1)) -> None:
+    """Commits reachable from a ref, newest first, with their metadata."""
+    table = Table("commit", "created", "message", "metadata")
+    for commit in _lake().log(ref, limit=limit):
+        meta = ", ".join(f"{k}={v}" for k, v in sorted(commit.metadata.items()))
+        table.add_row(
+            commit.id[:12],
+            commit.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            escape(commit.message),
+            escape(meta),
+        )
+    console.print(table)
+
+
+@lake_app.command("ls")
+def lake_ls(ref: str = typer.Argument("main"), prefix: str = typer.Argument("")) -> None:
+    """Objects at a ref (a branch includes its uncommitted writes)."""
+    table = Table("key", "size", "checksum")
+    for stat in _lake().list_objects(ref, prefix=prefix):
+        table.add_row(escape(stat.key), f"{stat.size:,}", stat.checksum[:12])
+    console.print(table)
+
+
+@lake_app.command("diff")
+def lake_diff(left: str, right: str, prefix: str = typer.Option("")) -> None:
+    """What changed from LEFT to RIGHT (committed trees)."""
+    table = Table("change", "key")
+    for entry in _lake().diff(left, right, prefix=prefix):
+        table.add_row(entry.type, escape(entry.key))
+    console.print(table)
+
+
+@lake_app.command("upload")
+def lake_upload(
+    paths: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="MCAP files"),
+    batch: str = typer.Option("", help="upload batch id (default: current time)"),
+) -> None:
+    """Land MCAP files from disk on a new ingest branch as one commit (a real fleet's upload)."""
+    from aiinfra_pipelines.fleet.landing import land_batch
+
+    batch_id = batch or datetime.now(UTC).strftime("upload%Y%m%dT%H%M%S")
+    with _progress() as progress:
+        task = progress.add_task("uploading", total=len(paths))
+        result = land_batch(
+            _lake(),
+            batch_id,
+            [(path.stem, path.read_bytes()) for path in paths],
+            {"source": "aiinfra lake upload"},
+            on_progress=lambda done, _total: progress.update(task, completed=done),
+        )
+    console.print(f"landed {len(result.keys)} file(s) on {result.branch} at {result.commit[:12]}")
+
+
+@app.command("status")
+def status() -> None:
+    """What the lake holds: ingest branches, published frames by slice, quarantine."""
+    from aiinfra_pipelines.status import render_status
+
+    render_status(_lake(), console)
+
+
+@app.command("demo")
+def demo(
+    vehicles: int = typer.Option(4, min=1),
+    episodes: int = typer.Option(2, min=1),
+    seed: int = typer.Option(7),
+    faulty_logs: int = typer.Option(1, min=0, help="corrupt logs landed to show quarantine"),
+    timeout_s: int = typer.Option(900, help="give up waiting for the daemon after this long"),
+) -> None:
+    """The main job: drive, land, and let the Dagster daemon's sensors run the loop."""
+    _default_dagster_home()
+    from aiinfra_pipelines.demo import run_demo
+
+    run_demo(
+        vehicles=vehicles,
+        episodes=episodes,
+        seed=seed,
+        faulty_logs=faulty_logs,
+        timeout_s=timeout_s,
+        console=console,
+    )
+
+
+if __name__ == "__main__":
+    app()

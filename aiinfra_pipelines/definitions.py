@@ -1,0 +1,41 @@
+"""The code location: every layer's definitions merged, with the environment's resources.
+
+``AIINFRA_ENV`` (local / ci / prod) picks the resources and executor; the assets, checks and
+sensors are the same everywhere.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from aiinfra_pipelines.environment import build_resources, load_environment
+from aiinfra_pipelines.ingest import definitions as ingest_layer
+from aiinfra_pipelines.sensors import definitions as sensor_layer
+
+
+def _executor(name: str) -> dg.ExecutorDefinition:
+    if name == "in_process":
+        return dg.in_process_executor
+    if name == "multiprocess":
+        return dg.multiprocess_executor
+    if name == "k8s":
+        try:
+            from dagster_k8s import k8s_job_executor
+        except ImportError:  # the k8s library is only installed where it runs
+            return dg.multiprocess_executor
+        return k8s_job_executor
+    raise ValueError(f"unknown executor {name!r}")
+
+
+def build_definitions(environment: str | None = None) -> dg.Definitions:
+    settings = load_environment(environment)
+    return dg.Definitions.merge(
+        ingest_layer.defs,
+        sensor_layer.defs,
+        dg.Definitions(
+            resources=build_resources(environment), executor=_executor(settings["executor"])
+        ),
+    )
+
+
+defs = build_definitions()

@@ -1,0 +1,159 @@
+"""The main job: a small fleet drives, its logs land, and the Dagster daemon does the rest.
+
+Nothing here calls an asset function directly: logs land on an ingest branch exactly as a real
+uploader would put them, and the real ``dagster-daemon`` evaluates ``lakefs_ingest_sensor`` and
+launches the runs through the instance's run queue. The demo only waits and reports.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from aiinfra_pipelines.config import PROJECT_ROOT, dagster_home
+from aiinfra_pipelines.environment import build_lake, load_environment
+from aiinfra_pipelines.fleet.drive import drive_fleet_logs
+from aiinfra_pipelines.fleet.landing import land_batch
+from aiinfra_pipelines.ingest.assets import SOURCE_COMMIT_TAG
+from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.status import frames_by_slice
+
+TERMINAL = {
+    dg.DagsterRunStatus.SUCCESS,
+    dg.DagsterRunStatus.FAILURE,
+    dg.DagsterRunStatus.CANCELED,
+}
+GPU_POOL = "gpu"
+
+
+@dataclass
+class DaemonProcess:
+    """A ``dagster-daemon run`` child process, stopped on exit whatever happens."""
+
+    log_path: Path
+    process: subprocess.Popen | None = None
+
+    def __enter__(self) -> DaemonProcess:
+        executable = Path(sys.executable).with_name("dagster-daemon")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [str(executable), "run", "-w", str(PROJECT_ROOT / "workspace.yaml")],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, "DAGSTER_HOME": str(dagster_home())},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.alive():
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self._log.close()
+
+
+def corrupt_copy(data: bytes) -> bytes:
+    """A truncated upload (a connection dropped mid-transfer): what quarantine is for."""
+    return data[: len(data) * 2 // 3]
+
+
+def wait_for_runs(
+    instance: dg.DagsterInstance,
+    commit: str,
+    expected: int,
+    daemon: DaemonProcess,
+    timeout_s: int,
+    console: Console,
+) -> list[dg.DagsterRun]:
+    """Poll the instance until every run the sensor launched for ``commit`` has finished."""
+    deadline = time.monotonic() + timeout_s
+    with console.status("waiting for the daemon's sensor and runs") as status:
+        while time.monotonic() < deadline:
+            runs = instance.get_runs(filters=dg.RunsFilter(tags={SOURCE_COMMIT_TAG: commit}))
+            done = [run for run in runs if run.status in TERMINAL]
+            status.update(f"runs launched {len(runs)}/{expected}, finished {len(done)}")
+            if len(runs) >= expected and len(done) == len(runs):
+                return runs
+            if not daemon.alive():
+                raise RuntimeError(f"dagster-daemon exited early; see {daemon.log_path}")
+            time.sleep(1.0)
+    raise TimeoutError(f"runs for commit {commit[:12]} did not finish in {timeout_s}s")
+
+
+def run_demo(
+    *, vehicles: int, episodes: int, seed: int, faulty_logs: int, timeout_s: int, console: Console
+) -> None:
+    started = time.monotonic()
+    instance = dg.DagsterInstance.get()
+    instance.event_log_storage.set_concurrency_slots(GPU_POOL, 1)
+    lake = build_lake(load_environment())
+    lake.ensure_repository()
+
+    logs = drive_fleet_logs(vehicles=vehicles, episodes=episodes, seed=seed, console=console)
+    uploads = [(log_id, data) for log_id, data, _ in logs]
+    uploads += [
+        (f"{log_id}-truncated", corrupt_copy(data)) for log_id, data, _ in logs[:faulty_logs]
+    ]
+    batch_id = time.strftime("demo%Y%m%dT%H%M%S", time.gmtime()) + f"-s{seed}"
+    landed = land_batch(
+        lake,
+        batch_id,
+        uploads,
+        {"vehicles": str(vehicles), "episodes": str(episodes), "seed": str(seed)},
+    )
+    console.print(
+        f"landed {len(landed.keys)} log(s) ({landed.total_bytes / 1e6:.1f} MB) on "
+        f"[cyan]{landed.branch}[/] at [green]{landed.commit[:12]}[/]"
+    )
+
+    with DaemonProcess(dagster_home() / "demo" / "daemon.log") as daemon:
+        runs = wait_for_runs(instance, landed.commit, len(landed.keys), daemon, timeout_s, console)
+
+    print_summary(lake, landed.branch, runs, console)
+    console.print(
+        f"demo finished in {time.monotonic() - started:.0f}s. Open the UI with "
+        f"[bold]DAGSTER_HOME={dagster_home()} .venv/bin/dagster dev -w workspace.yaml[/]"
+    )
+
+
+def print_summary(lake, branch: str, runs: list[dg.DagsterRun], console: Console) -> None:
+    index = scene_index_view(lake)
+    index = index[index["source_branch"] == branch] if not index.empty else index
+    quarantine = quarantine_view(lake)
+    quarantine = (
+        quarantine[quarantine["source_branch"] == branch] if not quarantine.empty else quarantine
+    )
+    failed = [run for run in runs if run.status != dg.DagsterRunStatus.SUCCESS]
+    accepted = index["log_key"].nunique() if not index.empty else 0
+    console.print(
+        f"[bold]logs[/] landed {len(runs)}, accepted {accepted}, quarantined {len(quarantine)}, "
+        f"failed runs {len(failed)}"
+    )
+    table = Table("slice", "logs", "frames", title="frames indexed by slice (on main)")
+    for row in frames_by_slice(index).itertuples():
+        table.add_row(row.slice, str(row.logs), str(row.frames))
+    console.print(table)
+    for row in quarantine.itertuples():
+        console.print(f"[yellow]quarantined[/] {row.log_key}: {row.reason_codes}")
+    commits = Table("main commit", "kind", "message", title="latest publishes to main")
+    publishes = [c for c in lake.log(MAIN_BRANCH, limit=200) if c.metadata.get("kind")]
+    for commit in publishes[:5]:
+        commits.add_row(commit.id[:12], commit.metadata["kind"], escape(commit.message))
+    console.print(commits)

@@ -1,0 +1,1 @@
+"""Ingestion: drive logs on ingest branches → validated → anonymized → scene index → main."""

@@ -1,0 +1,82 @@
+"""What the ingest sensor does on a tick, as a plain function.
+
+The cursor maps each ingest branch to the last head commit already turned into run requests.
+A tick lists branches (cheap: one call) and, only for branches whose head moved, diffs the old
+head against the new one — so its cost grows with the new commits, not with the history. A
+branch seen for the first time is diffed three-dot against ``main``: exactly what was uploaded
+since it forked. Run keys hash branch, key and content, so a repeated tick, a lost cursor or a
+daemon restart can never launch a duplicate run for the same upload.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, LOG_PREFIX
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+
+from .partitions import LogLocation, is_drive_log_key
+
+
+@dataclass(frozen=True)
+class LandedLog:
+    """A drive log object that appeared (or changed) on an ingest branch."""
+
+    location: LogLocation
+    commit: str
+    checksum: str
+    size: int
+
+    @property
+    def partition_key(self) -> str:
+        return self.location.partition_key
+
+    @property
+    def run_key(self) -> str:
+        return f"{self.location.partition_key}@{self.checksum}"
+
+
+def parse_cursor(raw: str | None) -> dict[str, str]:
+    if not raw:
+        return {}
+    parsed = json.loads(raw)
+    if not isinstance(parsed, dict):
+        raise ValueError(f"ingest sensor cursor must be a JSON object, got {raw!r}")
+    return {str(branch): str(commit) for branch, commit in parsed.items()}
+
+
+def dump_cursor(cursor: dict[str, str]) -> str:
+    return json.dumps(cursor, sort_keys=True)
+
+
+def discover_new_logs(
+    lake: VersionedLake, cursor: dict[str, str]
+) -> tuple[list[LandedLog], dict[str, str]]:
+    """New drive logs on all ingest branches since ``cursor``, and the cursor after them."""
+    lake.ensure_repository()
+    landed: list[LandedLog] = []
+    next_cursor: dict[str, str] = {}
+    for branch in lake.list_branches(prefix=INGEST_BRANCH_PREFIX):
+        next_cursor[branch.name] = branch.head
+        previous = cursor.get(branch.name)
+        if previous == branch.head:
+            continue
+        if previous:
+            changes = lake.diff(previous, branch.head, prefix=LOG_PREFIX)
+        else:
+            changes = lake.diff(MAIN_BRANCH, branch.head, prefix=LOG_PREFIX, three_dot=True)
+        for change in changes:
+            if change.type == "removed" or not is_drive_log_key(change.key):
+                continue
+            stat = lake.stat_object(branch.head, change.key)
+            landed.append(
+                LandedLog(
+                    location=LogLocation(branch=branch.name, key=change.key),
+                    commit=branch.head,
+                    checksum=stat.checksum,
+                    size=stat.size,
+                )
+            )
+    return landed, next_cursor

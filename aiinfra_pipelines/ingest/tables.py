@@ -1,0 +1,144 @@
+"""Pure functions that turn an anonymized drive log into the tables ingestion publishes.
+
+``anonymized_frames`` keeps what training needs (pixels, signals, ego-relative ground truth)
+and nothing that identifies a vehicle or an exact place: no VIN, no absolute map pose, GPS
+already coarsened. ``scene_index`` is the searchable catalogue — one row per frame with every
+log tag, the frame's signals and event flags — and deliberately holds no pixels, so slicing the
+whole fleet's data by lighting × weather × road type stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.logs.model import DriveLog
+
+# Log tags copied onto every scene-index row (the anonymized metadata, VIN already replaced).
+INDEX_TAGS: tuple[str, ...] = (
+    "log_id",
+    "vehicle_pseudonym",
+    "vehicle_model",
+    "sensor_config_version",
+    "software_version",
+    "trigger_config_version",
+    "city",
+    "weather",
+    "lighting",
+    "road_type",
+    "recorded_at",
+)
+SIGNAL_COLUMNS: tuple[str, ...] = (
+    "speed_mps",
+    "accel_mps2",
+    "steering_rad",
+    "brake",
+)
+
+
+def trigger_rule_names() -> list[str]:
+    """Every vehicle-side trigger rule, so each gets an ``event_<rule>`` column even when unseen."""
+    rules = load_resource_yaml("triggers.yaml").get("rules", {})
+    names = rules.keys() if isinstance(rules, dict) else (rule["name"] for rule in rules)
+    return sorted(str(name) for name in names)
+
+
+def slice_name(lighting: str, weather: str, road_type: str) -> str:
+    """The evaluation slice a frame belongs to: lighting × weather × road type."""
+    return f"{lighting}/{weather}/{road_type}"
+
+
+def _events_per_frame(timestamps: np.ndarray, events: Iterable[tuple[int, str]]) -> list[set[str]]:
+    """Attach each trigger event to the frame nearest in time."""
+    per_frame: list[set[str]] = [set() for _ in range(len(timestamps))]
+    if len(timestamps) == 0:
+        return per_frame
+    for timestamp_ns, rule in events:
+        per_frame[int(np.abs(timestamps - timestamp_ns).argmin())].add(rule)
+    return per_frame
+
+
+def frames_table(log: DriveLog) -> pd.DataFrame:
+    """One row per frame of an anonymized log: pixels, signals, coarse GPS, relative truth."""
+    pseudonym = log.metadata["vehicle_pseudonym"]
+    rows = []
+    for index, frame in enumerate(log.frames):
+        image = np.ascontiguousarray(frame.image, dtype=np.uint8)
+        rows.append(
+            {
+                "log_id": log.log_id,
+                "frame_index": index,
+                "timestamp_ns": frame.timestamp_ns,
+                "vehicle_pseudonym": pseudonym,
+                "latitude": frame.latitude,
+                "longitude": frame.longitude,
+                "heading": frame.heading,
+                "speed_mps": frame.speed_mps,
+                "accel_mps2": frame.accel_mps2,
+                "steering_rad": frame.steering_rad,
+                "brake": frame.brake,
+                "lane_index": frame.lane_index,
+                "lane_count": frame.lane_count,
+                "ground_truth": json.dumps(
+                    [
+                        {
+                            "vehicle_id": other.vehicle_id,
+                            "x": other.x,
+                            "y": other.y,
+                            "vx": other.vx,
+                            "vy": other.vy,
+                            "lane_offset": other.lane_offset,
+                        }
+                        for other in frame.others
+                    ]
+                ),
+                "image_height": image.shape[0],
+                "image_width": image.shape[1],
+                "image_encoding": "rgb8",
+                "image": image.tobytes(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def scene_index_table(
+    frames: pd.DataFrame,
+    *,
+    tags: dict[str, str],
+    events: Iterable[tuple[int, str]],
+    rule_names: Iterable[str],
+    source_branch: str,
+    source_commit: str,
+    log_key: str,
+    frames_object: str,
+) -> pd.DataFrame:
+    """One row per frame with every log tag, the frame's signals and one flag per trigger rule.
+
+    Built from the anonymized frames table (never from the raw log), so nothing that was
+    removed by anonymization can leak back into the index.
+    """
+    timestamps = frames["timestamp_ns"].to_numpy(dtype=np.int64)
+    per_frame = _events_per_frame(timestamps, events)
+    start_ns = int(timestamps[0]) if len(timestamps) else 0
+    index = pd.DataFrame({tag: [tags.get(tag, "")] * len(frames) for tag in INDEX_TAGS})
+    index["frame_index"] = frames["frame_index"].to_numpy()
+    index["timestamp_ns"] = timestamps
+    index["t_rel_s"] = (timestamps - start_ns) / 1e9
+    index["slice"] = slice_name(
+        tags.get("lighting", ""), tags.get("weather", ""), tags.get("road_type", "")
+    )
+    for column in ("latitude", "longitude", *SIGNAL_COLUMNS, "lane_index", "lane_count"):
+        index[column] = frames[column].to_numpy()
+    index["vehicles_in_view"] = [len(json.loads(gt)) for gt in frames["ground_truth"]]
+    index["events"] = [",".join(sorted(names)) for names in per_frame]
+    for rule in rule_names:
+        index[f"event_{rule}"] = [rule in names for names in per_frame]
+    index["source_branch"] = source_branch
+    index["source_commit"] = source_commit
+    index["log_key"] = log_key
+    index["frames_object"] = frames_object
+    return index

@@ -1,0 +1,1 @@
+"""Sensors that keep the loop turning as new data lands."""

@@ -1,0 +1,45 @@
+"""What an operator wants to see at a glance: the lake's branches, published data, quarantine."""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
+from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX
+
+
+def frames_by_slice(index: pd.DataFrame) -> pd.DataFrame:
+    """Frame and log counts per lighting × weather × road-type slice."""
+    if index.empty:
+        return pd.DataFrame(columns=["slice", "logs", "frames"])
+    grouped = index.groupby("slice").agg(logs=("log_id", "nunique"), frames=("frame_index", "size"))
+    return grouped.reset_index().sort_values("slice")
+
+
+def render_status(lake: VersionedLake, console: Console) -> None:
+    branches = lake.list_branches()
+    ingest = [b for b in branches if b.name.startswith(INGEST_BRANCH_PREFIX)]
+    runs = [b for b in branches if b.name.startswith(RUN_BRANCH_PREFIX)]
+    main_commits = lake.log(MAIN_BRANCH)
+    console.print(
+        f"[bold]lake[/] {lake.repository}: main at {main_commits[0].id[:12]} "
+        f"({len(main_commits)} commits), {len(ingest)} ingest branch(es), "
+        f"{len(runs)} unpublished run branch(es)"
+    )
+    index = scene_index_view(lake)
+    table = Table("slice", "logs", "frames", title="published scene index")
+    for row in frames_by_slice(index).itertuples():
+        table.add_row(row.slice, str(row.logs), str(row.frames))
+    console.print(table)
+    quarantine = quarantine_view(lake)
+    if quarantine.empty:
+        console.print("quarantine: empty")
+        return
+    qtable = Table("log", "reasons", title=f"quarantine ({len(quarantine)})")
+    for row in quarantine.itertuples():
+        qtable.add_row(row.partition_key, row.reason_codes)
+    console.print(qtable)

@@ -1,0 +1,40 @@
+"""Landing synthetic drive logs and materializing one ingest partition, as tests need them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import dagster as dg
+
+from aiinfra_pipelines.fleet.landing import LandedBatch, land_batch
+from aiinfra_pipelines.ingest.checks import ingest_checks
+from aiinfra_pipelines.ingest.definitions import defs as ingest_defs
+from aiinfra_pipelines.ingest.partitions import LogLocation, drive_log_partitions
+from aiinfra_pipelines.logs.writer import encode_drive_log
+
+INGEST_ASSETS = list(ingest_defs.assets or [])
+
+
+def land(lake, batch_id: str, logs: Sequence[tuple[str, object]]) -> LandedBatch:
+    """Land ``(log_id, DriveLog | bytes)`` pairs as one upload commit."""
+    payloads = [
+        (log_id, log if isinstance(log, bytes) else encode_drive_log(log)) for log_id, log in logs
+    ]
+    return land_batch(lake, batch_id, payloads)
+
+
+def materialize_partition(
+    instance: dg.DagsterInstance, resources: dict, partition_key: str, raise_on_error: bool = True
+) -> dg.ExecuteInProcessResult:
+    instance.add_dynamic_partitions(drive_log_partitions.name, [partition_key])
+    return dg.materialize(
+        [*INGEST_ASSETS, *ingest_checks()],
+        instance=instance,
+        resources=resources,
+        partition_key=partition_key,
+        raise_on_error=raise_on_error,
+    )
+
+
+def partition_of(batch: LandedBatch, index: int) -> str:
+    return LogLocation(branch=batch.branch, key=batch.keys[index]).partition_key

@@ -1,0 +1,151 @@
+"""The ingest partition end to end through ``dg.materialize``: publish, quarantine, audits."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import dagster as dg
+import pytest
+
+from aiinfra_pipelines.config import resources_dir
+from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX
+from aiinfra_pipelines.logs.synthetic import make_synthetic_log
+from aiinfra_pipelines.logs.writer import encode_drive_log
+
+from .helpers import land, materialize_partition, partition_of
+
+
+def _with_nan_speed(log):
+    log.frames[3] = dataclasses.replace(log.frames[3], speed_mps=float("nan"))
+    return log
+
+
+def _with_time_going_back(log):
+    log.frames[5] = dataclasses.replace(log.frames[5], timestamp_ns=log.frames[2].timestamp_ns)
+    return log
+
+
+def _with_drifted_metadata(log):
+    log.metadata["vehicle_identifier"] = log.metadata.pop("vin")
+    return log
+
+
+def test_good_log_is_published_to_main_without_pii(local_lake, instance, ingest_resources):
+    log = make_synthetic_log(n_frames=24, seed=1)
+    batch = land(local_lake, "b1", [("good", log)])
+    main_before = local_lake.resolve_ref(MAIN_BRANCH)
+
+    result = materialize_partition(instance, ingest_resources, partition_of(batch, 0))
+
+    assert result.success
+    assert all(check.passed for check in result.get_asset_check_evaluations())
+    assert len(result.get_asset_check_evaluations()) >= 5  # PII check + every GX suite
+    index = scene_index_view(local_lake)
+    assert len(index) == 24
+    assert set(index["slice"]) == {"day/clear/highway"}
+    assert index["event_hard_brake"].sum() == 1
+    assert index["vehicle_pseudonym"].str.fullmatch(r"veh-[0-9a-f]{16}").all()
+    # Raw logs (with their VINs) never reach main; derived data does, with its lineage.
+    assert local_lake.list_objects(MAIN_BRANCH, prefix="logs/") == []
+    merge = local_lake.log(MAIN_BRANCH, limit=1)[0]
+    assert merge.id != main_before
+    assert merge.metadata["source_commit"] == batch.commit
+    assert merge.metadata["source_branch"] == batch.branch
+    main_bytes = b"".join(
+        local_lake.get_object(MAIN_BRANCH, stat.key)
+        for stat in local_lake.list_objects(MAIN_BRANCH)
+    )
+    assert log.metadata["vin"].encode() not in main_bytes
+    # The run branch was merged and removed: nothing unpublished is left behind.
+    assert local_lake.list_branches(prefix=RUN_BRANCH_PREFIX) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "make_payload", "expected_code"),
+    [
+        ("truncated", lambda: encode_drive_log(make_synthetic_log(seed=2))[:-700], "truncated"),
+        (
+            "missing_channel",
+            lambda: encode_drive_log(make_synthetic_log(seed=3), omit_topics={"/vehicle/can"}),
+            "missing_channel",
+        ),
+        (
+            "nan_speed",
+            lambda: encode_drive_log(_with_nan_speed(make_synthetic_log(seed=4))),
+            "non_finite_signal",
+        ),
+        (
+            "time_back",
+            lambda: encode_drive_log(_with_time_going_back(make_synthetic_log(seed=5))),
+            "non_monotonic_time",
+        ),
+        (
+            "drift",
+            lambda: encode_drive_log(_with_drifted_metadata(make_synthetic_log(seed=6))),
+            "schema_drift",
+        ),
+    ],
+)
+def test_bad_log_is_quarantined_and_does_not_block_its_batch(
+    local_lake, instance, ingest_resources, name, make_payload, expected_code
+):
+    bad_payload = make_payload()
+    batch = land(
+        local_lake, f"b-{name}", [("bad", bad_payload), ("good", make_synthetic_log(seed=9))]
+    )
+    bad_partition, good_partition = partition_of(batch, 0), partition_of(batch, 1)
+
+    bad = materialize_partition(instance, ingest_resources, bad_partition)
+    good = materialize_partition(instance, ingest_resources, good_partition)
+
+    assert bad.success and good.success
+    materialized = {
+        event.asset_key.to_user_string() for event in bad.get_asset_materialization_events()
+    }
+    assert materialized == {"drive_logs"}  # nothing past validation for the bad log
+    observations = [
+        event.event_specific_data.asset_observation
+        for event in bad.all_events
+        if event.event_type == dg.DagsterEventType.ASSET_OBSERVATION
+    ]
+    assert observations and observations[0].metadata["status"].value == "quarantined"
+    quarantine = quarantine_view(local_lake)
+    assert list(quarantine["partition_key"]) == [bad_partition]
+    assert expected_code in quarantine.iloc[0]["reason_codes"].split(",")
+    # Never deleted: the raw object is still on its ingest branch, byte for byte.
+    assert local_lake.get_object(batch.branch, batch.keys[0]) == bad_payload
+    # Never merged; the good log of the same batch is published.
+    index = scene_index_view(local_lake)
+    assert set(index["log_key"]) == {batch.keys[1]}
+
+
+def test_failed_audit_leaves_main_unchanged(
+    local_lake, instance, ingest_resources, tmp_path, monkeypatch
+):
+    strict = tmp_path / "resources"
+    shutil.copytree(resources_dir(), strict)
+    suite = strict / "expectations" / "scene_index_ranges.json"
+    suite.write_text(suite.read_text().replace('"max_value": 70', '"max_value": 1'))
+    monkeypatch.setenv("AIINFRA_RESOURCES", str(strict))
+    batch = land(local_lake, "b-audit", [("fast", make_synthetic_log(seed=11))])
+    main_before = local_lake.resolve_ref(MAIN_BRANCH)
+
+    result = materialize_partition(
+        instance, ingest_resources, partition_of(batch, 0), raise_on_error=False
+    )
+
+    failed = [c for c in result.get_asset_check_evaluations() if not c.passed]
+    assert [c.check_name for c in failed] == ["gx_scene_index_ranges"]
+    published = [
+        e
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.path == ["published_ingest"]
+    ]
+    assert published == []
+    assert local_lake.resolve_ref(MAIN_BRANCH) == main_before
+    assert scene_index_view(local_lake).empty
+    # The audited outputs wait on the run branch for an operator, they are not lost.
+    (run_branch,) = local_lake.list_branches(prefix=RUN_BRANCH_PREFIX)
+    assert local_lake.list_objects(run_branch.name, prefix="data/scene_index/")
