@@ -84,6 +84,7 @@ def dagster_path(files: list[bytes], workdir: Path) -> int:
         "anonymization": AnonymizationKey(key_hex="ab" * 32),
     }
     frames = 0
+    (workdir / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(workdir / "home")) as instance:
         for key in batch.keys:
             partition = LogLocation(batch.branch, key).partition_key
@@ -108,6 +109,7 @@ def sensor_tick_seconds(prior_commits: int, workdir: Path, repeats: int = 5) -> 
         lake.put_object(branch, f"logs/prior-{i:05d}.mcap", payload)
         lake.commit(branch, f"prior {i}")
     timings = []
+    (workdir / f"home-{prior_commits}").mkdir()
     with dg.instance_for_test(temp_dir=str(workdir / f"home-{prior_commits}")) as instance:
         for repeat in range(repeats):
             cursor = dump_cursor({branch: lake.resolve_ref(branch)})
