@@ -74,6 +74,21 @@ def corrupt_copy(data: bytes) -> bytes:
     return data[: len(data) * 2 // 3]
 
 
+def latest_run_per_partition(runs: list[dg.DagsterRun]) -> dict[str, dg.DagsterRun]:
+    """Run retries re-use the original's tags: keep only the newest attempt per partition."""
+    latest: dict[str, dg.DagsterRun] = {}
+    for run in runs:  # the instance returns newest first
+        latest.setdefault(run.tags.get("dagster/partition", run.run_id), run)
+    return latest
+
+
+def _settled(run: dg.DagsterRun, max_retries: int) -> bool:
+    """Finished for good: succeeded, or failed with no automatic retry left to come."""
+    if run.status == dg.DagsterRunStatus.SUCCESS:
+        return True
+    return run.status in TERMINAL and int(run.tags.get("dagster/retry_number", "0")) >= max_retries
+
+
 def wait_for_runs(
     instance: dg.DagsterInstance,
     commit: str,
@@ -82,15 +97,17 @@ def wait_for_runs(
     timeout_s: int,
     console: Console,
 ) -> list[dg.DagsterRun]:
-    """Poll the instance until every run the sensor launched for ``commit`` has finished."""
+    """Poll the instance until every partition the sensor launched for ``commit`` has settled."""
     deadline = time.monotonic() + timeout_s
+    max_retries = instance.run_retries_max_retries if instance.run_retries_enabled else 0
     with console.status("waiting for the daemon's sensor and runs") as status:
         while time.monotonic() < deadline:
             runs = instance.get_runs(filters=dg.RunsFilter(tags={SOURCE_COMMIT_TAG: commit}))
-            done = [run for run in runs if run.status in TERMINAL]
-            status.update(f"runs launched {len(runs)}/{expected}, finished {len(done)}")
-            if len(runs) >= expected and len(done) == len(runs):
-                return runs
+            latest = latest_run_per_partition(runs)
+            settled = [run for run in latest.values() if _settled(run, max_retries)]
+            status.update(f"logs with runs {len(latest)}/{expected}, settled {len(settled)}")
+            if len(latest) >= expected and len(settled) == len(latest):
+                return list(latest.values())
             if not daemon.alive():
                 raise RuntimeError(f"dagster-daemon exited early; see {daemon.log_path}")
             time.sleep(1.0)

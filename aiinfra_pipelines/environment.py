@@ -55,10 +55,10 @@ def build_resources(name: str | None = None) -> dict[str, Any]:
 
     settings = load_environment(name)
     lake = build_lake(settings)
+    key_required = bool(settings.get("anonymization", {}).get("key_from_env"))
     anonymization = (
-        AnonymizationKey(key_hex=dg.EnvVar("AIINFRA_ANON_KEY"))
-        if settings.get("anonymization", {}).get("key_from_env")
-        or os.environ.get("AIINFRA_ANON_KEY")
+        AnonymizationKey(key_hex=dg.EnvVar("AIINFRA_ANON_KEY"), require_key=key_required)
+        if key_required or os.environ.get("AIINFRA_ANON_KEY")
         else AnonymizationKey()
     )
     return {

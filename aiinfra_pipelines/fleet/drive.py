@@ -60,7 +60,8 @@ def drive_and_land(
         raise RuntimeError("no trigger fired on any vehicle: nothing to upload (try more episodes)")
     batch = batch_id or datetime.now(UTC).strftime("fleet%Y%m%dT%H%M%S") + f"-s{seed}"
     models = sorted({log.metadata["vehicle_model"] for _, _, log in logs})
-    vehicle_ids = sorted({log.metadata["vin"][-6:] for _, _, log in logs})
+    # Fleet-local vehicle numbers, not VIN fragments: commit metadata is readable by everyone.
+    vehicle_ids = [f"vehicle-{index:03d}" for index in range(vehicles)]
     return land_batch(
         lake,
         batch,

@@ -13,15 +13,22 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
+from aiinfra_pipelines.lake.audits import RequiredAudit, verify_audits
 from aiinfra_pipelines.lake.io_manager import asset_object_base
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import ensure_run_branch, publish_run_branch
+from aiinfra_pipelines.lake.publish import (
+    ensure_run_branch,
+    publish_run_branch,
+    root_run_id_of,
+    run_branch_name,
+)
 from aiinfra_pipelines.logs.anonymize import anonymize_log
 from aiinfra_pipelines.logs.reader import read_drive_log
 from aiinfra_pipelines.logs.validation import validate_drive_log
 
+from .expectations import suite_names
 from .partitions import LogLocation, drive_log_partitions
-from .quarantine import quarantine_record, write_quarantine_record
+from .quarantine import quarantine_key, quarantine_record, write_quarantine_record
 from .resources import AnonymizationKey
 from .tables import frames_table, scene_index_table, trigger_rule_names
 
@@ -34,7 +41,28 @@ RETRY = dg.RetryPolicy(
 
 def root_run_id(context: dg.AssetExecutionContext) -> str:
     """The run id whose lake branch this run (or retry of it) writes on."""
-    return context.run.root_run_id or context.run.run_id
+    return root_run_id_of(context.run)
+
+
+def audited_object_key(asset: str, partition: str) -> str:
+    """The lake object an ingest check audits: the asset's Parquet output for the partition."""
+    return asset_object_base(dg.AssetKey(asset), partition) + ".parquet"
+
+
+def derived_objects(lake: VersionedLake, ref: str, partition: str) -> list[str]:
+    """Every object the ingest assets derived from one log that exists at ``ref``."""
+    keys = []
+    for asset in ("drive_logs", "validated_drive_logs", "anonymized_frames", "scene_index"):
+        base = asset_object_base(dg.AssetKey(asset), partition)
+        keys += [base + ext for ext in (".parquet", ".json") if lake.object_exists(ref, base + ext)]
+    return keys
+
+
+def required_audits(partition: str) -> list[RequiredAudit]:
+    """Every blocking check that must have passed before a partition may reach ``main``."""
+    checks = [("anonymized_frames", "anonymized_frames_have_no_pii")]
+    checks += [("scene_index", f"gx_{name}") for name in suite_names("scene_index")]
+    return [RequiredAudit(a, c, audited_object_key(a, partition)) for a, c in checks]
 
 
 def _markdown_reasons(reasons: list[tuple[str, str]]) -> str:
@@ -125,6 +153,9 @@ def validated_drive_logs(
         reasons=reasons,
         dagster_run_id=context.run.run_id,
     )
+    # A log re-landed bad under a key that was once accepted: its old derived data goes.
+    for stale in derived_objects(lake, branch, context.partition_key):
+        lake.delete_object(branch, stale)
     key = write_quarantine_record(lake, branch, record)
     merge_commit = publish_run_branch(
         lake,
@@ -206,8 +237,7 @@ def scene_index(
         source_branch=validated_drive_logs["branch"],
         source_commit=validated_drive_logs["commit"],
         log_key=validated_drive_logs["key"],
-        frames_object=asset_object_base(dg.AssetKey("anonymized_frames"), context.partition_key)
-        + ".parquet",
+        frames_object=audited_object_key("anonymized_frames", context.partition_key),
     )
     event_columns = [column for column in index.columns if column.startswith("event_")]
     context.add_output_metadata(
@@ -239,7 +269,8 @@ def published_ingest(
     """Write–audit–publish: merge the run's branch into ``main`` once every audit has passed.
 
     Blocking checks on ``anonymized_frames`` and ``scene_index`` stand before this step, so a
-    failed audit (or a run killed earlier) leaves ``main`` exactly as it was.
+    failed audit (or a run killed earlier) leaves ``main`` exactly as it was. The step also
+    verifies the checks' audit records itself, so re-executing it alone cannot skip an audit.
     """
     metadata = {
         "kind": "ingest",
@@ -250,9 +281,23 @@ def published_ingest(
         "dagster_run_id": context.run.run_id,
         "partition": context.partition_key,
     }
-    merge_commit = publish_run_branch(
-        lake, root_run_id(context), f"publish {context.partition_key}", metadata
-    )
+    run_root = root_run_id(context)
+    branch = run_branch_name(run_root)
+    if not lake.branch_exists(branch):  # a retry after the merge went through: report it
+        merge_commit = publish_run_branch(
+            lake, run_root, f"publish {context.partition_key}", metadata
+        )
+        return dg.MaterializeResult(
+            metadata={"main_commit": merge_commit, "already_published": True}
+        )
+    verify_audits(lake, run_root, required_audits(context.partition_key), context.partition_key)
+    stale_quarantine = quarantine_key(LogLocation.from_partition_key(context.partition_key))
+    if lake.object_exists(branch, stale_quarantine):  # a fixed re-upload of a quarantined log
+        lake.delete_object(branch, stale_quarantine)
+        lake.commit(
+            branch, f"lift quarantine of {context.partition_key}", {"kind": "quarantine-lifted"}
+        )
+    merge_commit = publish_run_branch(lake, run_root, f"publish {context.partition_key}", metadata)
     return dg.MaterializeResult(
         metadata={
             "main_commit": merge_commit,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from aiinfra_pipelines.lake.errors import InvalidKeyError
 from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, LOG_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
@@ -52,9 +53,13 @@ def dump_cursor(cursor: dict[str, str]) -> str:
 
 
 def discover_new_logs(
-    lake: VersionedLake, cursor: dict[str, str]
+    lake: VersionedLake, cursor: dict[str, str], skipped: list[str] | None = None
 ) -> tuple[list[LandedLog], dict[str, str]]:
-    """New drive logs on all ingest branches since ``cursor``, and the cursor after them."""
+    """New drive logs on all ingest branches since ``cursor``, and the cursor after them.
+
+    Objects whose keys the lake cannot address are appended to ``skipped`` (with the reason).
+    """
+    skipped = [] if skipped is None else skipped
     lake.ensure_repository()
     landed: list[LandedLog] = []
     next_cursor: dict[str, str] = {}
@@ -70,7 +75,12 @@ def discover_new_logs(
         for change in changes:
             if change.type == "removed" or not is_drive_log_key(change.key):
                 continue
-            stat = lake.stat_object(branch.head, change.key)
+            try:
+                stat = lake.stat_object(branch.head, change.key)
+            except InvalidKeyError as error:
+                # One oddly named upload must not stall every branch: skip it, loudly.
+                skipped.append(f"{branch.name}/{change.key}: {error}")
+                continue
             landed.append(
                 LandedLog(
                     location=LogLocation(branch=branch.name, key=change.key),

@@ -32,6 +32,12 @@ def load_suite_definition(name: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def suite_names(prefix: str) -> list[str]:
+    """The suites in ``resources/expectations/`` for one asset (``<prefix>*.json``)."""
+    folder = resources_dir() / "expectations"
+    return sorted(path.stem for path in folder.glob(f"{prefix}*.json"))
+
+
 def run_suite(df: pd.DataFrame, suite_name: str) -> list[ExpectationOutcome]:
     """Validate ``df`` against the named suite; one outcome per expectation."""
     import great_expectations as gx

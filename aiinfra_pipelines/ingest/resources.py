@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from aiinfra_pipelines.config import dagster_home
+from aiinfra_pipelines.config import dagster_home, load_resource_yaml
 from aiinfra_pipelines.logs.anonymize import load_or_create_dev_key
 
 DEV_KEY_PATH = ("keys", "anonymization.key")
@@ -19,11 +19,20 @@ class AnonymizationKey(dg.ConfigurableResource):
     """
 
     key_hex: str = ""
+    # Shared environments must never fall back to a per-machine dev key: pseudonyms would stop
+    # matching across workers and the key would vanish with the pod.
+    require_key: bool = False
 
     def key(self) -> bytes:
         if self.key_hex:
             try:
-                return bytes.fromhex(self.key_hex)
+                key = bytes.fromhex(self.key_hex)
             except ValueError as error:
                 raise ValueError("AIINFRA_ANON_KEY must be a hex string") from error
+            minimum = int(load_resource_yaml("logs.yaml")["anonymization"]["min_key_bytes"])
+            if len(key) < minimum:
+                raise ValueError(f"AIINFRA_ANON_KEY is {len(key)} bytes; at least {minimum} needed")
+            return key
+        if self.require_key:
+            raise ValueError("AIINFRA_ANON_KEY is required in this environment and is empty")
         return load_or_create_dev_key(dagster_home().joinpath(*DEV_KEY_PATH))

@@ -18,7 +18,7 @@ import pandas as pd
 
 from .errors import NotFoundError
 from .port import VersionedLake
-from .publish import ensure_run_branch, read_ref
+from .publish import ensure_run_branch, read_ref, root_run_id_of
 
 DATA_PREFIX = "data"
 _FORMATS = (".parquet", ".json")
@@ -56,7 +56,7 @@ def _root_run_id(context: dg.OutputContext | dg.InputContext) -> str | None:
         run = context.step_context.dagster_run
     except Exception:
         return None
-    return run.root_run_id or run.run_id
+    return root_run_id_of(run)
 
 
 class LakeIOManager(dg.ConfigurableIOManager):
@@ -93,8 +93,9 @@ class LakeIOManager(dg.ConfigurableIOManager):
         )
         context.add_output_metadata(
             {
+                # The commit, not the branch: run branches are deleted once published.
                 "lake_ref": dg.MetadataValue.text(
-                    f"lakefs://{self.lake.repository}/{branch}/{key}"
+                    f"lakefs://{self.lake.repository}/{commit}/{key}"
                 ),
                 "lake_branch": branch,
                 "lake_commit": commit,

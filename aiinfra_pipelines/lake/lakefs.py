@@ -324,7 +324,8 @@ class LakeFSLake(VersionedLake):
                 raise
             except lakefs_exc.ServerException as exc:
                 text = _message(exc).lower()
-                if _status(exc) == 409 or "locked" in text or "not head" in text:
+                # lakeFS reports exhausted branch-lock retries as 423/429 "too many attempts".
+                if _status(exc) in (409, 423, 429) or "locked" in text or "not head" in text:
                     raise ConcurrentUpdateError(
                         f"commit on {branch!r} raced another writer: {_message(exc)}"
                     ) from exc
@@ -417,11 +418,19 @@ class LakeFSLake(VersionedLake):
                 conflicts = self._conflicting_keys(
                     found.base_commit_id, source, found.destination_commit_id
                 )
-                raise MergeConflictError(
-                    conflicts or ["(lakeFS did not report the paths)"],
-                    source_ref,
-                    destination_branch,
-                ) from exc
+                if not conflicts:  # a 409 without conflicting keys is a race, not a conflict
+                    raise ConcurrentUpdateError(
+                        f"merge of {source_ref!r} into {destination_branch!r} raced another "
+                        f"writer: {_message(exc)}"
+                    ) from exc
+                raise MergeConflictError(conflicts, source_ref, destination_branch) from exc
+            except lakefs_exc.ServerException as exc:
+                if _status(exc) in (423, 429):
+                    raise ConcurrentUpdateError(
+                        f"merge into {destination_branch!r} gave up on the branch lock: "
+                        f"{_message(exc)}"
+                    ) from exc
+                raise
 
     # ============================================================================ tags
     def create_tag(self, tag: str, ref: str) -> str:

@@ -297,7 +297,10 @@ class LocalLake(VersionedLake):
         path = self._blob_path(sha)
         try:
             if path.stat().st_size == len(data):
-                return _Value(sha, len(data))  # already stored: content addressing dedups
+                # Already stored (content addressing dedups). Another process may have renamed
+                # it into place without its directory fsync yet: make the entry durable first.
+                _fsync_dir(path.parent)
+                return _Value(sha, len(data))
         except FileNotFoundError:
             pass
         shard = path.parent

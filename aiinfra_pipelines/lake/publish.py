@@ -14,6 +14,11 @@ MAIN_BRANCH = "main"
 RUN_BRANCH_PREFIX = "run-"
 
 
+def root_run_id_of(run) -> str:
+    """The run id whose branch a Dagster run writes on: the root of its retry chain."""
+    return run.root_run_id or run.run_id
+
+
 def run_branch_name(root_run_id: str) -> str:
     """The lake branch a Dagster run (and all its retries) writes on."""
     return f"{RUN_BRANCH_PREFIX}{root_run_id}"
@@ -50,7 +55,12 @@ def publish_run_branch(
     is kept for inspection and ``main`` is untouched.
     """
     name = run_branch_name(root_run_id)
+    metadata = {**metadata, "root_run_id": root_run_id}
     if not lake.branch_exists(name):
+        # A retry after the merge succeeded but before the step reported it: already published.
+        earlier = find_publish(lake, root_run_id)
+        if earlier is not None:
+            return earlier
         raise NotFoundError(f"run branch {name!r} does not exist: nothing was written to publish")
     if lake.uncommitted(name):
         lake.commit(name, f"{message} (staged leftovers)", metadata)
@@ -58,3 +68,11 @@ def publish_run_branch(
     if delete_after:
         lake.delete_branch(name)
     return merge_commit
+
+
+def find_publish(lake: VersionedLake, root_run_id: str, search_depth: int = 500) -> str | None:
+    """The merge commit on ``main`` that published ``root_run_id``'s branch, if recent."""
+    for commit in lake.log(MAIN_BRANCH, limit=search_depth):
+        if commit.metadata.get("root_run_id") == root_run_id:
+            return commit.id
+    return None

@@ -104,6 +104,9 @@ class ValidationReport:
 # --------------------------------------------------------------------------- rules
 
 
+_LOCATION_SIGNALS = frozenset({"latitude", "longitude"})
+
+
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(base)
     for key, value in override.items():
@@ -297,11 +300,13 @@ def _check_signal(name: str, values: np.ndarray, bounds: dict | None) -> list[Re
         outside = finite & ((values < bounds["min"]) | (values > bounds["max"]))
         if outside.any():
             worst = values[outside][np.argmax(np.abs(values[outside]))]
+            # Reasons are published (quarantine table, Dagster metadata): never echo a position.
+            example = "" if name in _LOCATION_SIGNALS else f", e.g. {float(worst):g}"
             reasons.append(
                 Reason(
                     "signal_out_of_range",
                     f"{name} outside [{bounds['min']}, {bounds['max']}] in "
-                    f"{int(outside.sum())} frame(s), e.g. {float(worst):g}",
+                    f"{int(outside.sum())} frame(s){example}",
                 )
             )
     return reasons

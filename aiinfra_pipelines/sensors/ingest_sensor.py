@@ -21,7 +21,10 @@ INGEST_SELECTION = dg.AssetSelection.groups(GROUP)
 def lakefs_ingest_sensor(
     context: dg.SensorEvaluationContext, lake: VersionedLake
 ) -> dg.SensorResult:
-    landed, next_cursor = discover_new_logs(lake, parse_cursor(context.cursor))
+    skipped: list[str] = []
+    landed, next_cursor = discover_new_logs(lake, parse_cursor(context.cursor), skipped)
+    for problem in skipped:
+        context.log.warning(f"skipped an upload the lake cannot address: {problem}")
     if landed:
         context.log.info(f"{len(landed)} new drive log(s) on {len(next_cursor)} ingest branch(es)")
     return dg.SensorResult(

@@ -11,9 +11,11 @@ import pytest
 from aiinfra_pipelines.config import resources_dir
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX
+from aiinfra_pipelines.logs.anonymize import find_pii_leaks
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.logs.writer import encode_drive_log
 
+from . import reexecution_job
 from .helpers import land, materialize_partition, partition_of
 
 
@@ -58,6 +60,9 @@ def test_good_log_is_published_to_main_without_pii(local_lake, instance, ingest_
         for stat in local_lake.list_objects(MAIN_BRANCH)
     )
     assert log.metadata["vin"].encode() not in main_bytes
+    raw_coordinates = {(frame.latitude, frame.longitude) for frame in log.frames}
+    assert find_pii_leaks(index, {log.metadata["vin"]}, raw_coordinates) == []
+    assert all(log.metadata["vin"] not in str(c.metadata) for c in local_lake.log(MAIN_BRANCH))
     # The run branch was merged and removed: nothing unpublished is left behind.
     assert local_lake.list_branches(prefix=RUN_BRANCH_PREFIX) == []
 
@@ -149,3 +154,90 @@ def test_failed_audit_leaves_main_unchanged(
     # The audited outputs wait on the run branch for an operator, they are not lost.
     (run_branch,) = local_lake.list_branches(prefix=RUN_BRANCH_PREFIX)
     assert local_lake.list_objects(run_branch.name, prefix="data/scene_index/")
+
+
+def _strict_resources(tmp_path, monkeypatch, relative: str, old: str, new: str) -> None:
+    """Run with a copy of resources/ in which one setting is changed."""
+    changed = tmp_path / "resources"
+    shutil.copytree(resources_dir(), changed)
+    target = changed / relative
+    assert old in target.read_text()
+    target.write_text(target.read_text().replace(old, new))
+    monkeypatch.setenv("AIINFRA_RESOURCES", str(changed))
+
+
+def test_pii_leak_blocks_the_publish(local_lake, instance, ingest_resources, tmp_path, monkeypatch):
+    # An anonymizer misconfigured to keep full GPS precision: the blocking check must catch it.
+    _strict_resources(tmp_path, monkeypatch, "logs.yaml", "gps_decimals: 3", "gps_decimals: 9")
+    batch = land(local_lake, "b-leak", [("log", make_synthetic_log(seed=12))])
+    main_before = local_lake.resolve_ref(MAIN_BRANCH)
+
+    result = materialize_partition(
+        instance, ingest_resources, partition_of(batch, 0), raise_on_error=False
+    )
+
+    (pii,) = [
+        c
+        for c in result.get_asset_check_evaluations()
+        if c.check_name == "anonymized_frames_have_no_pii"
+    ]
+    assert not pii.passed and pii.metadata["leaks"].value >= 1
+    assert local_lake.resolve_ref(MAIN_BRANCH) == main_before
+    assert not any(
+        e.asset_key.path == ["published_ingest"] for e in result.get_asset_materialization_events()
+    )
+
+
+def test_reexecuting_only_the_publish_step_cannot_skip_a_failed_audit(
+    local_lake, instance, tmp_path, monkeypatch
+):
+    _strict_resources(
+        tmp_path,
+        monkeypatch,
+        "expectations/scene_index_ranges.json",
+        '"max_value": 70',
+        '"max_value": 1',
+    )
+    monkeypatch.setenv(reexecution_job.LAKE_ROOT_ENV, local_lake.root)
+    batch = land(local_lake, "b-bypass", [("fast", make_synthetic_log(seed=13))])
+    partition = partition_of(batch, 0)
+    instance.add_dynamic_partitions("drive_logs", [partition])
+    main_before = local_lake.resolve_ref(MAIN_BRANCH)
+    job = dg.reconstructable(reexecution_job.get_job)
+    tags = {"dagster/partition": partition}
+
+    failed = dg.execute_job(job, instance, tags=tags, raise_on_error=False)
+    assert not failed.success
+    bypass = dg.execute_job(
+        job,
+        instance,
+        tags=tags,
+        raise_on_error=False,
+        reexecution_options=dg.ReexecutionOptions(
+            parent_run_id=failed.run_id, step_selection=["published_ingest"]
+        ),
+    )
+
+    assert not bypass.success
+    errors = [e.step_failure_data.error.to_string() for e in bypass.all_events if e.is_step_failure]
+    assert any(
+        "refusing to publish to main" in m and "gx_scene_index_ranges: failed" in m for m in errors
+    )
+    assert local_lake.resolve_ref(MAIN_BRANCH) == main_before
+    assert scene_index_view(local_lake).empty
+
+
+def test_fixed_reupload_of_a_quarantined_log_lifts_its_quarantine(
+    local_lake, instance, ingest_resources
+):
+    good = make_synthetic_log(seed=14)
+    bad = land(local_lake, "b-fix", [("log", encode_drive_log(good)[:-500])])
+    materialize_partition(instance, ingest_resources, partition_of(bad, 0))
+    assert len(quarantine_view(local_lake)) == 1
+
+    fixed = land(local_lake, "b-fix", [("log", good)])  # same key, repaired content
+    result = materialize_partition(instance, ingest_resources, partition_of(fixed, 0))
+
+    assert result.success
+    assert quarantine_view(local_lake).empty
+    assert len(scene_index_view(local_lake)) == len(good.frames)

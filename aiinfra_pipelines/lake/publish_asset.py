@@ -1,0 +1,48 @@
+"""A publish step for any group: merge the run's lake branch into ``main`` as an asset.
+
+Putting the merge in an asset of its own (downstream of the group's outputs and behind their
+blocking checks) makes write–audit–publish visible in the asset graph: if an audit fails, this
+step is skipped and ``main`` does not move.
+"""
+
+from collections.abc import Sequence
+
+import dagster as dg
+
+from .port import VersionedLake
+from .publish import publish_run_branch, root_run_id_of
+
+
+def build_publish_asset(
+    name: str,
+    *,
+    group: str,
+    deps: Sequence[dg.AssetsDefinition | dg.AssetKey | str],
+    partitions_def: dg.PartitionsDefinition | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
+) -> dg.AssetsDefinition:
+    @dg.asset(
+        name=name,
+        group_name=group,
+        deps=list(deps),
+        partitions_def=partitions_def,
+        kinds={"lakefs"},
+        automation_condition=automation_condition,
+        description=f"Merges the run branch with the `{group}` outputs into main once audited.",
+    )
+    def _publish(context: dg.AssetExecutionContext, lake: VersionedLake) -> dg.MaterializeResult:
+        partition = context.partition_key if context.has_partition_key else ""
+        merge_commit = publish_run_branch(
+            lake,
+            root_run_id_of(context.run),
+            f"publish {group}" + (f" {partition}" if partition else ""),
+            {"kind": group, "dagster_run_id": context.run.run_id, "partition": partition},
+        )
+        return dg.MaterializeResult(
+            metadata={
+                "main_commit": merge_commit,
+                "lake_ref": f"lakefs://{lake.repository}/{merge_commit}",
+            }
+        )
+
+    return _publish
