@@ -150,7 +150,8 @@ def demo(
     episodes: int = typer.Option(2, min=1),
     seed: int = typer.Option(7),
     faulty_logs: int = typer.Option(1, min=0, help="corrupt logs landed to show quarantine"),
-    timeout_s: int = typer.Option(900, help="give up waiting for the daemon after this long"),
+    timeout_s: int = typer.Option(1500, help="give up waiting for the daemon after this long"),
+    train: bool = typer.Option(True, help="run the dataset → training → evaluation cycle"),
 ) -> None:
     """The main job: drive, land, and let the Dagster daemon's sensors run the loop."""
     _default_dagster_home()
@@ -163,6 +164,7 @@ def demo(
         faulty_logs=faulty_logs,
         timeout_s=timeout_s,
         console=console,
+        train=train,
     )
 
 

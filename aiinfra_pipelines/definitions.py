@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import dagster as dg
 
+from aiinfra_pipelines.datasets import definitions as dataset_layer
 from aiinfra_pipelines.environment import build_resources, load_environment
+from aiinfra_pipelines.evaluation import definitions as evaluation_layer
 from aiinfra_pipelines.ingest import definitions as ingest_layer
+from aiinfra_pipelines.mining import definitions as mining_layer
 from aiinfra_pipelines.sensors import definitions as sensor_layer
+from aiinfra_pipelines.training import definitions as training_layer
 
 
 def _executor(name: str) -> dg.ExecutorDefinition:
@@ -31,6 +35,10 @@ def build_definitions(environment: str | None = None) -> dg.Definitions:
     settings = load_environment(environment)
     return dg.Definitions.merge(
         ingest_layer.defs,
+        mining_layer.defs,
+        dataset_layer.defs,
+        training_layer.defs,
+        evaluation_layer.defs,
         sensor_layer.defs,
         dg.Definitions(
             resources=build_resources(environment), executor=_executor(settings["executor"])

@@ -34,6 +34,9 @@ TERMINAL = {
     dg.DagsterRunStatus.CANCELED,
 }
 GPU_POOL = "gpu"
+TRAINING_JOB = "training_cycle"
+PUBLISH_KINDS = {"ingest", "quarantine"}
+PUBLISHED_MINING = dg.AssetKey("published_mining")
 
 
 @dataclass
@@ -115,7 +118,14 @@ def wait_for_runs(
 
 
 def run_demo(
-    *, vehicles: int, episodes: int, seed: int, faulty_logs: int, timeout_s: int, console: Console
+    *,
+    vehicles: int,
+    episodes: int,
+    seed: int,
+    faulty_logs: int,
+    timeout_s: int,
+    console: Console,
+    train: bool = True,
 ) -> None:
     started = time.monotonic()
     instance = dg.DagsterInstance.get()
@@ -140,10 +150,16 @@ def run_demo(
         f"[cyan]{landed.branch}[/] at [green]{landed.commit[:12]}[/]"
     )
 
+    deadline = time.monotonic() + timeout_s
     with DaemonProcess(dagster_home() / "demo" / "daemon.log") as daemon:
         runs = wait_for_runs(instance, landed.commit, len(landed.keys), daemon, timeout_s, console)
-
-    print_summary(lake, landed.branch, runs, console)
+        print_summary(lake, landed.branch, runs, console)
+        published = published_partitions(instance, runs)
+        wait_for_mining(instance, published, daemon, deadline, console)
+        print_mining_summary(lake, published, console)
+        if train:
+            cycle = launch_and_wait(instance, TRAINING_JOB, daemon, deadline, console)
+            print_training_summary(instance, cycle, console)
     console.print(
         f"demo finished in {time.monotonic() - started:.0f}s. Open the UI with "
         f"[bold]DAGSTER_HOME={dagster_home()} .venv/bin/dagster dev -w workspace.yaml[/]"
@@ -170,7 +186,115 @@ def print_summary(lake, branch: str, runs: list[dg.DagsterRun], console: Console
     for row in quarantine.itertuples():
         console.print(f"[yellow]quarantined[/] {row.log_key}: {row.reason_codes}")
     commits = Table("main commit", "kind", "message", title="latest publishes to main")
-    publishes = [c for c in lake.log(MAIN_BRANCH, limit=200) if c.metadata.get("kind")]
+    publishes = [
+        c for c in lake.log(MAIN_BRANCH, limit=200) if c.metadata.get("kind") in PUBLISH_KINDS
+    ]
     for commit in publishes[:5]:
         commits.add_row(commit.id[:12], commit.metadata["kind"], escape(commit.message))
     console.print(commits)
+
+
+def published_partitions(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> list[str]:
+    """Partitions whose ingest run published to main (quarantined logs stop before that)."""
+    published = instance.get_materialized_partitions(dg.AssetKey("published_ingest"))
+    return sorted(p for p in (r.tags.get("dagster/partition") for r in runs) if p in published)
+
+
+def wait_for_mining(
+    instance: dg.DagsterInstance,
+    partitions: list[str],
+    daemon: DaemonProcess,
+    deadline: float,
+    console: Console,
+) -> None:
+    """The automation sensor mines each published log on its own; wait until all are mined."""
+    with console.status("waiting for the automation sensor to mine the new logs") as status:
+        while time.monotonic() < deadline:
+            mined = instance.get_materialized_partitions(PUBLISHED_MINING) & set(partitions)
+            status.update(f"logs mined {len(mined)}/{len(partitions)}")
+            if len(mined) == len(partitions):
+                return
+            if not daemon.alive():
+                raise RuntimeError(f"dagster-daemon exited early; see {daemon.log_path}")
+            time.sleep(1.0)
+    raise TimeoutError("mining did not finish in time")
+
+
+def launch_and_wait(
+    instance: dg.DagsterInstance, job: str, daemon: DaemonProcess, deadline: float, console: Console
+) -> dg.DagsterRun:
+    """Submit ``job`` to the instance's run queue (as an operator would) and wait for it."""
+    before = {run.run_id for run in instance.get_runs(filters=dg.RunsFilter(job_name=job))}
+    subprocess.run(
+        [
+            str(Path(sys.executable).with_name("dagster")),
+            "job",
+            "launch",
+            "-w",
+            str(PROJECT_ROOT / "workspace.yaml"),
+            "-j",
+            job,
+        ],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "DAGSTER_HOME": str(dagster_home())},
+        check=True,
+        capture_output=True,
+    )
+    with console.status(f"{job}: dataset → training → evaluation") as status:
+        while time.monotonic() < deadline:
+            new = [
+                run
+                for run in instance.get_runs(filters=dg.RunsFilter(job_name=job))
+                if run.run_id not in before
+            ]
+            if new and new[0].status in TERMINAL:
+                return new[0]
+            status.update(f"{job}: {new[0].status.value if new else 'queued'}")
+            if not daemon.alive():
+                raise RuntimeError(f"dagster-daemon exited early; see {daemon.log_path}")
+            time.sleep(2.0)
+    raise TimeoutError(f"{job} did not finish in time")
+
+
+def print_mining_summary(lake, partitions: list[str], console: Console) -> None:
+    from aiinfra_pipelines.lake.io_manager import read_asset_partitions
+
+    badcases = read_asset_partitions(lake, "mined_badcases", MAIN_BRANCH)
+    labels = read_asset_partitions(lake, "auto_labels", MAIN_BRANCH)
+    reasons = (
+        badcases["reasons"].str.split(",").explode().value_counts().to_dict()
+        if not badcases.empty
+        else {}
+    )
+    held_back = int(labels["held_back"].sum()) if len(labels) else 0
+    console.print(
+        f"[bold]mining[/] {len(partitions)} log(s): {len(badcases)} badcase frame(s) "
+        f"by reason {reasons}; label QC held back {held_back}"
+    )
+
+
+def _metadata(instance: dg.DagsterInstance, run: dg.DagsterRun, asset: str) -> dict:
+    events = instance.get_records_for_run(
+        run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    for record in events:
+        materialization = record.event_log_entry.asset_materialization
+        if materialization and materialization.asset_key == dg.AssetKey(asset):
+            return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+    return {}
+
+
+def print_training_summary(
+    instance: dg.DagsterInstance, run: dg.DagsterRun, console: Console
+) -> None:
+    dataset = _metadata(instance, run, "training_dataset")
+    model = _metadata(instance, run, "trained_model")
+    evaluation = _metadata(instance, run, "offline_eval")
+    console.print(
+        f"[bold]training cycle[/] {run.status.value}: dataset {dataset.get('dataset_version')} "
+        f"at {str(dataset.get('dataset_commit', ''))[:12]} ({dataset.get('frames')} frames), "
+        f"MLflow run {model.get('mlflow_run_id')}, {model.get('epochs')} epochs"
+    )
+    if "comparison" in evaluation:
+        console.print(evaluation["comparison"])
+    console.print(f"offline gate passed: {evaluation.get('passed')}")

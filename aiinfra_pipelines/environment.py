@@ -30,14 +30,15 @@ def load_environment(name: str | None = None) -> dict[str, Any]:
 
 def build_lake(settings: dict[str, Any]):
     """The lake adapter the environment names."""
-    from aiinfra_pipelines.lake.lakefs import LakeFSLake
-    from aiinfra_pipelines.lake.local import LocalLake
-
     lake_settings = settings["lake"]
     adapter = lake_settings["adapter"]
     if adapter == "local":
+        from aiinfra_pipelines.lake.local import LocalLake
+
         return LocalLake(repository=lake_settings["repository"], root=lake_settings.get("root", ""))
     if adapter == "lakefs":
+        from aiinfra_pipelines.lake.lakefs import LakeFSLake
+
         return LakeFSLake(
             repository=lake_settings["repository"],
             endpoint=dg.EnvVar("LAKEFS_ENDPOINT"),
@@ -52,6 +53,7 @@ def build_resources(name: str | None = None) -> dict[str, Any]:
     """Resources for one environment, keyed as the assets and sensors expect them."""
     from aiinfra_pipelines.ingest.resources import AnonymizationKey
     from aiinfra_pipelines.lake.io_manager import LakeIOManager
+    from aiinfra_pipelines.training.resources import MlflowTracking
 
     settings = load_environment(name)
     lake = build_lake(settings)
@@ -61,8 +63,19 @@ def build_resources(name: str | None = None) -> dict[str, Any]:
         if key_required or os.environ.get("AIINFRA_ANON_KEY")
         else AnonymizationKey()
     )
+    mlflow_settings = settings.get("mlflow", {})
+    tracking_uri = (
+        dg.EnvVar("MLFLOW_TRACKING_URI")
+        if mlflow_settings.get("tracking_uri_from_env") or os.environ.get("MLFLOW_TRACKING_URI")
+        else ""
+    )
     return {
         "lake": lake,
         "io_manager": LakeIOManager(lake=lake),
         "anonymization": anonymization,
+        "mlflow_tracking": MlflowTracking(
+            tracking_uri=tracking_uri,
+            experiment=mlflow_settings.get("experiment", "perception"),
+            checkpoint_root=mlflow_settings.get("checkpoint_root", ""),
+        ),
     }

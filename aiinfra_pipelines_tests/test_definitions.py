@@ -49,7 +49,14 @@ def test_definitions_load_in_every_environment(environment, monkeypatch, tmp_pat
         "gx_scene_index_nulls",
         "gx_scene_index_categories",
     } <= check_names
-    assert [sensor.name for sensor in defs.sensors] == ["lakefs_ingest_sensor"]
+    groups = {graph.get(key).group_name for key in graph.get_all_asset_keys()}
+    assert {"ingest", "mining", "datasets", "training", "evaluation"} <= groups
+    assert {"offline_eval_no_slice_regression"} <= check_names
+    assert {sensor.name for sensor in defs.sensors} == {
+        "lakefs_ingest_sensor",
+        "loop_automation_sensor",
+    }
+    assert defs.resolve_job_def("training_cycle") is not None
 
 
 def test_prod_selects_lakefs_with_secrets_as_env_vars(monkeypatch, tmp_path):

@@ -10,7 +10,7 @@ import io
 
 import pandas as pd
 
-from aiinfra_pipelines.lake.io_manager import DATA_PREFIX
+from aiinfra_pipelines.lake.io_manager import read_asset_partitions
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
@@ -28,7 +28,7 @@ def _concat_parquet(lake: VersionedLake, ref: str, prefix: str) -> pd.DataFrame:
 
 def scene_index_view(lake: VersionedLake, ref: str = MAIN_BRANCH) -> pd.DataFrame:
     """Every published scene-index row (all logs) at ``ref``."""
-    return _concat_parquet(lake, ref, f"{DATA_PREFIX}/scene_index/")
+    return read_asset_partitions(lake, "scene_index", ref)
 
 
 def quarantine_view(lake: VersionedLake, ref: str = MAIN_BRANCH) -> pd.DataFrame:

@@ -16,7 +16,6 @@ from aiinfra_pipelines.lake.keys import (
     validate_prefix,
     validate_tag_name,
 )
-from aiinfra_pipelines.lake.lakefs import LakeFSLake
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.port import (
     DEFAULT_BRANCH,
@@ -49,3 +48,12 @@ __all__ = [
     "validate_prefix",
     "validate_tag_name",
 ]
+
+
+def __getattr__(name: str):
+    # The lakeFS SDK takes seconds to import; only deployments that use it should pay for it.
+    if name == "LakeFSLake":
+        from aiinfra_pipelines.lake.lakefs import LakeFSLake
+
+        return LakeFSLake
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

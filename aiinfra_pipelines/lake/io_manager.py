@@ -126,3 +126,14 @@ class LakeIOManager(dg.ConfigurableIOManager):
             + (f" partition {partition!r}" if partition else "")
             + f" on lake ref {ref!r} (looked for {base}.parquet/.json): materialize it first"
         )
+
+
+def read_asset_partitions(lake: VersionedLake, asset: str, ref: str) -> pd.DataFrame:
+    """Every stored Parquet partition of ``asset`` at ``ref``, concatenated (a combined view)."""
+    prefix = f"{DATA_PREFIX}/{asset}/"
+    tables = [
+        pd.read_parquet(io.BytesIO(lake.get_object(ref, stat.key)))
+        for stat in lake.list_objects(ref, prefix=prefix)
+        if stat.key.endswith(".parquet")
+    ]
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()

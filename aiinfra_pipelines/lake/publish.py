@@ -76,3 +76,22 @@ def find_publish(lake: VersionedLake, root_run_id: str, search_depth: int = 500)
         if commit.metadata.get("root_run_id") == root_run_id:
             return commit.id
     return None
+
+
+def publish_objects(
+    lake: VersionedLake,
+    root_run_id: str,
+    objects: dict[str, bytes],
+    message: str,
+    metadata: dict[str, str],
+) -> str:
+    """Write ``objects`` on the run branch, commit them, merge into ``main``: one published act.
+
+    For assets whose output is a set of named lake objects (datasets, manifests) rather than
+    one IO-managed value; returns the merge commit id — the identity of what was published.
+    """
+    branch = ensure_run_branch(lake, root_run_id)
+    for key, data in objects.items():
+        lake.put_object(branch, key, data)
+    lake.commit(branch, message, metadata, allow_empty=True)
+    return publish_run_branch(lake, root_run_id, message, metadata)

@@ -5,10 +5,11 @@ blocking checks) makes write–audit–publish visible in the asset graph: if an
 step is skipped and ``main`` does not move.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import dagster as dg
 
+from .audits import RequiredAudit, verify_audits
 from .port import VersionedLake
 from .publish import publish_run_branch, root_run_id_of
 
@@ -20,7 +21,10 @@ def build_publish_asset(
     deps: Sequence[dg.AssetsDefinition | dg.AssetKey | str],
     partitions_def: dg.PartitionsDefinition | None = None,
     automation_condition: dg.AutomationCondition | None = None,
+    required_audits: Callable[[str | None], list[RequiredAudit]] | None = None,
 ) -> dg.AssetsDefinition:
+    """``required_audits(partition)`` names the checks whose passing records must be present."""
+
     @dg.asset(
         name=name,
         group_name=group,
@@ -32,9 +36,12 @@ def build_publish_asset(
     )
     def _publish(context: dg.AssetExecutionContext, lake: VersionedLake) -> dg.MaterializeResult:
         partition = context.partition_key if context.has_partition_key else ""
+        root = root_run_id_of(context.run)
+        if required_audits is not None:
+            verify_audits(lake, root, required_audits(partition or None), partition or None)
         merge_commit = publish_run_branch(
             lake,
-            root_run_id_of(context.run),
+            root,
             f"publish {group}" + (f" {partition}" if partition else ""),
             {"kind": group, "dagster_run_id": context.run.run_id, "partition": partition},
         )

@@ -1,0 +1,249 @@
+"""Dataset assets (group ``datasets``): benchmark, training and calibration sets.
+
+Each publishes itself — objects written on the run branch, merged into ``main`` in one act —
+because a dataset's identity is the commit that holds it, and the training dataset is tagged
+(``dataset-vNNNN``) at exactly that commit. Everything reads the published (``main``) state
+of the upstream layers.
+"""
+
+import io
+import json
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+
+from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.ingest.views import scene_index_view
+from aiinfra_pipelines.lake.io_manager import read_asset_partitions
+from aiinfra_pipelines.lake.layout import DATASETS_PREFIX
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects, root_run_id_of
+from aiinfra_pipelines.mining.assets import auto_labels, mined_badcases
+
+from .benchmark import benchmark_log_ids, exclude_benchmark, freeze_benchmark
+from .calibration import coverage_report, select_calibration_set
+from .manifest import build_manifest, next_dataset_version
+from .settings import calibration_gates, dataset_settings
+from .split import split_by_log
+
+GROUP = "datasets"
+BENCHMARK_MANIFEST = f"{DATASETS_PREFIX}benchmark/manifest.json"
+TRAINING_LATEST = f"{DATASETS_PREFIX}training/latest.json"
+REFERENCE_COLUMNS = [
+    "log_id",
+    "frame_index",
+    "slice",
+    "lighting",
+    "weather",
+    "road_type",
+    "frames_object",
+    "source_commit",
+]
+
+
+def _parquet(frame: pd.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, indent=2, sort_keys=True, default=str).encode()
+
+
+def read_json_if_exists(lake: VersionedLake, key: str, ref: str = MAIN_BRANCH) -> Any | None:
+    return lake.get_json(ref, key) if lake.object_exists(ref, key) else None
+
+
+def published_frames(lake: VersionedLake) -> pd.DataFrame:
+    """Reference rows of every frame published to ``main`` by ingestion."""
+    index = scene_index_view(lake)
+    if index.empty:
+        raise ValueError("no published scene index on main: ingest drive logs first")
+    return index[REFERENCE_COLUMNS]
+
+
+def _trained_logs(lake: VersionedLake) -> set[str]:
+    latest = read_json_if_exists(lake, TRAINING_LATEST)
+    if latest is None:
+        return set()
+    manifest = lake.get_json(latest["commit"], latest["manifest_key"])
+    return {log for logs in manifest["logs"].values() for log in logs}
+
+
+@dg.asset(group_name=GROUP, kinds={"lakefs", "pandas"}, deps=[mined_badcases])
+def benchmark_set(context: dg.AssetExecutionContext, lake: VersionedLake) -> dg.MaterializeResult:
+    """A frozen held-out set per slice that never enters training.
+
+    Existing members never change implicitly: new data only covers slices that had no
+    benchmark logs yet. Changing membership is an explicit, recorded act
+    (``datasets.benchmark.freeze_benchmark(..., reason=...)``).
+    """
+    settings = dataset_settings()
+    frames = published_frames(lake)
+    existing = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    manifest = freeze_benchmark(
+        existing,
+        frames,
+        fraction=settings.benchmark_fraction,
+        seed=settings.seed,
+        min_logs_per_slice=settings.min_benchmark_logs_per_slice,
+        exclude_logs=_trained_logs(lake),
+    )
+    members = frames[frames["log_id"].isin(benchmark_log_ids(manifest))]
+    changed = existing is None or existing["version"] != manifest["version"]
+    commit = lake.resolve_ref(MAIN_BRANCH)
+    if changed:
+        rows_key = f"{DATASETS_PREFIX}benchmark/{manifest['version']}/frames.parquet"
+        manifest["frames_key"] = rows_key
+        commit = publish_objects(
+            lake,
+            root_run_id_of(context.run),
+            {rows_key: _parquet(members), BENCHMARK_MANIFEST: _json(manifest)},
+            f"benchmark set {manifest['version']}",
+            {
+                "kind": "benchmark",
+                "version": manifest["version"],
+                "dagster_run_id": context.run.run_id,
+            },
+        )
+    return dg.MaterializeResult(
+        metadata={
+            "version": manifest["version"],
+            "changed": changed,
+            "commit": commit,
+            "logs": manifest["logs"],
+            "frames": len(members),
+            "uncovered_slices": dg.MetadataValue.json(manifest.get("uncovered_slices", [])),
+            "changes": dg.MetadataValue.json(manifest.get("changes", [])),
+        }
+    )
+
+
+def _training_rows(
+    lake: VersionedLake, base_fraction: float, seed: int, exclude: dict[str, list[str]]
+) -> tuple[pd.DataFrame, dict]:
+    """Base frames (a share of ordinary ones) plus every accepted badcase, benchmark excluded."""
+    frames = published_frames(lake)
+    for condition, values in exclude.items():
+        frames = frames[~frames[condition].isin(values)]
+    benchmark = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    if benchmark is not None:
+        frames = exclude_benchmark(frames, benchmark)
+    labels = read_asset_partitions(lake, "auto_labels", MAIN_BRANCH)
+    held_back = (
+        labels.loc[labels["held_back"], ["log_id", "frame_index"]] if not labels.empty else labels
+    )
+    if not held_back.empty:
+        keys = pd.MultiIndex.from_frame(held_back[["log_id", "frame_index"]])
+        frames = frames[~pd.MultiIndex.from_frame(frames[["log_id", "frame_index"]]).isin(keys)]
+    badcases = read_asset_partitions(lake, "mined_badcases", MAIN_BRANCH)
+    is_badcase = pd.Series(False, index=frames.index)
+    if not badcases.empty:
+        keys = pd.MultiIndex.from_frame(badcases[["log_id", "frame_index"]])
+        is_badcase = pd.Series(
+            pd.MultiIndex.from_frame(frames[["log_id", "frame_index"]]).isin(keys),
+            index=frames.index,
+        )
+    ordinary = frames[~is_badcase].sample(frac=base_fraction, random_state=seed)
+    rows = pd.concat([frames[is_badcase].assign(badcase=True), ordinary.assign(badcase=False)])
+    qc = {
+        "frames_held_back": len(held_back),
+        "mean_agreement": float(labels["agreement"].mean()) if not labels.empty else None,
+    }
+    return rows.sort_values(["log_id", "frame_index"]).reset_index(drop=True), qc
+
+
+@dg.asset(group_name=GROUP, kinds={"lakefs", "pandas"}, deps=[benchmark_set, auto_labels])
+def training_dataset(
+    context: dg.AssetExecutionContext, lake: VersionedLake
+) -> dg.MaterializeResult:
+    """Base data plus all accepted badcases, split train/val by log, tagged on ``main``.
+
+    The merge commit that publishes it is the dataset's identity; the tag ``dataset-vNNNN``
+    points at it and every model trained on it records that commit.
+    """
+    settings = dataset_settings()
+    training = load_resource_yaml("datasets.yaml")["training"]
+    rows, qc = _training_rows(
+        lake, float(training["base_fraction"]), settings.seed, training.get("exclude") or {}
+    )
+    if rows.empty:
+        raise ValueError("no trainable frames: everything is benchmark or held back by label QC")
+    dataset = split_by_log(rows, settings.val_fraction, settings.seed)
+    version = next_dataset_version(lake.list_tags())
+    manifest = build_manifest(
+        dataset,
+        source_commits=sorted(dataset["source_commit"].unique()),
+        label_qc={**qc, "badcases": int(dataset["badcase"].sum())},
+        version=version,
+    )
+    rows_key = f"{DATASETS_PREFIX}training/{version}/dataset.parquet"
+    manifest_key = f"{DATASETS_PREFIX}training/{version}/manifest.json"
+    commit = publish_objects(
+        lake,
+        root_run_id_of(context.run),
+        {rows_key: _parquet(dataset), manifest_key: _json(manifest)},
+        f"training dataset {version}",
+        {"kind": "dataset", "version": version, "dagster_run_id": context.run.run_id},
+    )
+    lake.create_tag(version, commit)
+    pointer = {
+        "version": version,
+        "commit": commit,
+        "rows_key": rows_key,
+        "manifest_key": manifest_key,
+    }
+    publish_objects(
+        lake,
+        root_run_id_of(context.run),
+        {TRAINING_LATEST: _json(pointer)},
+        f"latest training dataset is {version}",
+        {"kind": "dataset-pointer", "version": version},
+    )
+    counts = dataset.groupby(["slice", "split"]).size().unstack(fill_value=0).reset_index()
+    return dg.MaterializeResult(
+        metadata={
+            "dataset_version": version,
+            "dataset_commit": commit,
+            "frames": len(dataset),
+            "badcases": int(dataset["badcase"].sum()),
+            "logs": dg.MetadataValue.json(manifest["log_counts"]),
+            "label_qc": dg.MetadataValue.json(manifest["label_qc"]),
+            "per_slice": dg.MetadataValue.md(counts.to_markdown(index=False)),
+        }
+    )
+
+
+@dg.asset(group_name=GROUP, kinds={"lakefs", "pandas"}, deps=[training_dataset])
+def calibration_set(context: dg.AssetExecutionContext, lake: VersionedLake) -> dg.MaterializeResult:
+    """A representative quantization sample from the latest training dataset, every slice covered.
+
+    Real driving frames with minimum shares per condition (``gates.yaml`` ``calibration``); a
+    source that cannot meet them fails here, naming the missing condition.
+    """
+    pointer = read_json_if_exists(lake, TRAINING_LATEST)
+    if pointer is None:
+        raise ValueError("no training dataset on main: materialize training_dataset first")
+    rows = pd.read_parquet(io.BytesIO(lake.get_object(pointer["commit"], pointer["rows_key"])))
+    samples, min_share = calibration_gates()
+    # Train and val both: calibration needs coverage, not held-out data (the benchmark is
+    # never used, so engine parity is still measured on unseen frames).
+    sample = select_calibration_set(rows, samples, min_share, dataset_settings().seed)
+    key = f"{DATASETS_PREFIX}calibration/{pointer['version']}.parquet"
+    commit = publish_objects(
+        lake,
+        root_run_id_of(context.run),
+        {key: _parquet(sample)},
+        f"calibration set for {pointer['version']}",
+        {"kind": "calibration", "dataset_version": pointer["version"]},
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "frames": len(sample),
+            "dataset_version": pointer["version"],
+            "commit": commit,
+            "coverage": dg.MetadataValue.json(coverage_report(sample, min_share)),
+        }
+    )

@@ -1,0 +1,7 @@
+"""The datasets layer's Dagster definitions."""
+
+import dagster as dg
+
+from .assets import benchmark_set, calibration_set, training_dataset
+
+defs = dg.Definitions(assets=[benchmark_set, training_dataset, calibration_set])

@@ -1,0 +1,164 @@
+"""Evaluation (group ``evaluation``): the candidate against production on the benchmark set.
+
+Both models run on the same frozen ``benchmark_set``; metrics per lighting × weather × road
+type slice go into a comparison table, and a blocking check fails the candidate when any gated
+slice regresses beyond its budget in ``resources/gates.yaml``. Only then does
+``published_model`` put the candidate's record on ``main``.
+"""
+
+import io
+from typing import Any
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+
+from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.datasets.assets import BENCHMARK_MANIFEST, benchmark_set, read_json_if_exists
+from aiinfra_pipelines.datasets.loading import load_frames
+from aiinfra_pipelines.lake.audits import RequiredAudit, record_audit
+from aiinfra_pipelines.lake.io_manager import asset_object_base
+from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH, root_run_id_of
+from aiinfra_pipelines.lake.publish_asset import build_publish_asset
+from aiinfra_pipelines.perception.contract import images_to_input, perception_spec
+from aiinfra_pipelines.perception.labels import ground_truth_labels
+from aiinfra_pipelines.training.assets import trained_model
+from aiinfra_pipelines.training.resources import MlflowTracking
+
+from .compare import compare_with_production
+from .slices import evaluate_by_slice
+
+GROUP = "evaluation"
+CHECK_NAME = "offline_eval_no_slice_regression"
+PLOTTED_METRICS = ("occupancy_accuracy", "occupancy_f1", "lead_gap_mae_m")
+
+
+def predict(network: Any, frames: pd.DataFrame, batch_size: int = 128):
+    """(occupancy probabilities N x 3 x bins, lead gap normalized N) of a torch network."""
+    import torch
+
+    spec = perception_spec()
+    images = np.frombuffer(b"".join(frames["image"]), dtype=np.uint8).reshape(
+        len(frames), spec.image_height, spec.image_width, 3
+    )
+    occupancy, gaps = [], []
+    network = network.eval().cpu()
+    with torch.inference_mode():
+        for start in range(0, len(images), batch_size):
+            batch = torch.from_numpy(images_to_input(images[start : start + batch_size]))
+            logits, lead_gap = network(batch)
+            occupancy.append(torch.sigmoid(logits).numpy())
+            gaps.append(lead_gap.reshape(-1).numpy())
+    return np.concatenate(occupancy), np.concatenate(gaps)
+
+
+def slice_metrics(network: Any, frames: pd.DataFrame) -> pd.DataFrame:
+    spec = perception_spec()
+    occupancy_target, gap_target = ground_truth_labels(frames, spec)
+    occupancy, gap = predict(network, frames)
+    return evaluate_by_slice(frames, occupancy, occupancy_target, gap, gap_target, spec.max_range_m)
+
+
+def _load_model(model_uri: str, tracking_uri: str) -> Any:
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    return mlflow.pytorch.load_model(model_uri, map_location="cpu")
+
+
+@dg.asset(group_name=GROUP, kinds={"pytorch", "mlflow"}, deps=[benchmark_set])
+def offline_eval(
+    context: dg.AssetExecutionContext,
+    lake: VersionedLake,
+    mlflow_tracking: MlflowTracking,
+    trained_model: dict[str, Any],
+) -> dict[str, Any]:
+    """Per-slice occupancy accuracy/F1 and lead-gap error, candidate vs production."""
+    import mlflow  # heavy imports stay out of the code location's import path
+
+    from .plots import slice_metric_plot
+
+    manifest = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    if manifest is None:
+        raise ValueError("no benchmark_set on main: materialize benchmark_set first")
+    rows = pd.read_parquet(io.BytesIO(lake.get_object(MAIN_BRANCH, manifest["frames_key"])))
+    frames = load_frames(lake, rows, MAIN_BRANCH)
+    candidate = slice_metrics(
+        _load_model(trained_model["model_uri"], mlflow_tracking.uri()), frames
+    )
+    production_pointer = read_json_if_exists(lake, PRODUCTION_POINTER_KEY)
+    production = (
+        slice_metrics(_load_model(production_pointer["model_uri"], mlflow_tracking.uri()), frames)
+        if production_pointer and production_pointer.get("model_uri")
+        else None
+    )
+    comparison = compare_with_production(candidate, production, load_resource_yaml("gates.yaml"))
+    markdown = comparison.to_markdown()
+    mlflow.set_tracking_uri(mlflow_tracking.uri())
+    with mlflow.start_run(run_id=trained_model["mlflow_run_id"]):
+        for metric in PLOTTED_METRICS:
+            mlflow.log_figure(
+                slice_metric_plot(comparison.table, metric), f"offline_eval/{metric}.png"
+            )
+        mlflow.log_text(markdown, "offline_eval/comparison.md")
+        overall = candidate[candidate["slice"] == "overall"].iloc[0]
+        mlflow.log_metrics({f"benchmark_{m}": float(overall[m]) for m in PLOTTED_METRICS})
+    context.add_output_metadata(
+        {
+            "passed": comparison.passed,
+            "failures": dg.MetadataValue.json(comparison.failures),
+            "benchmark_version": manifest["version"],
+            "production": production_pointer.get("version") if production_pointer else "none yet",
+            "comparison": dg.MetadataValue.md(markdown),
+        }
+    )
+    return {
+        "passed": comparison.passed,
+        "failures": comparison.failures,
+        "notes": comparison.notes,
+        "has_production": comparison.has_production,
+        "benchmark_version": manifest["version"],
+        "mlflow_run_id": trained_model["mlflow_run_id"],
+        "candidate": candidate.to_dict(orient="records"),
+    }
+
+
+def _audited_key(asset: str) -> str:
+    return asset_object_base(dg.AssetKey(asset), None) + ".json"
+
+
+@dg.asset_check(asset=offline_eval, name=CHECK_NAME, blocking=True)
+def offline_eval_no_slice_regression(
+    context: dg.AssetCheckExecutionContext, lake: VersionedLake, offline_eval: dict[str, Any]
+) -> dg.AssetCheckResult:
+    """No gated slice may regress beyond its budget against production (gates.yaml)."""
+    passed = bool(offline_eval["passed"])
+    record_audit(
+        lake,
+        root_run_id_of(context.run),
+        asset="offline_eval",
+        check=CHECK_NAME,
+        partition=None,
+        audited_key=_audited_key("offline_eval"),
+        passed=passed,
+        dagster_run_id=context.run.run_id,
+    )
+    return dg.AssetCheckResult(
+        passed=passed,
+        metadata={
+            "failures": dg.MetadataValue.json(offline_eval["failures"]),
+            "notes": dg.MetadataValue.json(offline_eval["notes"]),
+        },
+    )
+
+
+published_model = build_publish_asset(
+    "published_model",
+    group=GROUP,
+    deps=[trained_model, offline_eval],
+    required_audits=lambda _partition: [
+        RequiredAudit("offline_eval", CHECK_NAME, _audited_key("offline_eval"))
+    ],
+)

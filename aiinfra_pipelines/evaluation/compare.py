@@ -1,0 +1,219 @@
+"""Candidate vs production on the same benchmark, with the offline budgets of gates.yaml.
+
+A candidate may be better overall and still worse where it matters (night, fog), so the gate is
+per slice: every slice (and condition aggregate, and ``overall``) with at least
+``offline.min_slice_frames`` benchmark frames is *gated* — its regression against production
+must stay within the metric's budget. Smaller slices are reported but not gated, since a
+handful of frames cannot tell a regression from noise. Budgets come from ``offline.budgets``,
+overridden per slice by the first ``offline.slice_overrides`` pattern (fnmatch) that matches
+the slice name; an override may set only some metrics.
+
+``regression`` is signed so that positive means worse, whatever the metric's direction:
+``production - candidate`` for accuracy/F1 (higher is better), ``candidate - production`` for
+MAE (lower is better). ``delta`` is always ``candidate - production``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+import pandas as pd
+
+from .slices import METRIC_COLUMNS
+
+HIGHER_IS_BETTER: dict[str, bool] = {
+    "occupancy_accuracy": True,
+    "occupancy_f1": True,
+    "lead_gap_mae_m": False,
+}
+TABLE_COLUMNS: tuple[str, ...] = (
+    "slice",
+    "kind",
+    "metric",
+    "frames",
+    "candidate",
+    "production",
+    "delta",
+    "regression",
+    "budget",
+    "gated",
+    "passed",
+)
+NO_PRODUCTION_NOTE = (
+    "no production model yet: nothing to regress against, the candidate passes; "
+    "its metrics are reported for the record"
+)
+_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The outcome of the offline gate: a long table (slice × metric) and the verdict."""
+
+    table: pd.DataFrame
+    passed: bool
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    has_production: bool = True
+
+    def to_markdown(self) -> str:
+        """A report for Dagster metadata: verdict, failures, notes, one row per slice."""
+        verdict = "PASSED" if self.passed else "FAILED"
+        lines = [f"**Offline gate: {verdict}**", ""]
+        lines += [f"- FAIL {failure}" for failure in self.failures]
+        lines += [f"- note: {note}" for note in self.notes]
+        if self.failures or self.notes:
+            lines.append("")
+        metrics = list(dict.fromkeys(self.table["metric"])) if len(self.table) else []
+        header = ["slice", "frames", *(f"{m} (cand / prod / Δ)" for m in metrics), "status"]
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "---|" * len(header))
+        for slice_, group in self.table.groupby("slice", sort=False):
+            by_metric = {r.metric: r for r in group.itertuples(index=False)}
+            cells = [str(slice_), str(int(group["frames"].iloc[0]))]
+            for metric in metrics:
+                r = by_metric.get(metric)
+                cells.append(
+                    "—"
+                    if r is None
+                    else f"{_fmt(r.candidate)} / {_fmt(r.production)} / {_fmt(r.delta, sign=True)}"
+                )
+            if not group["gated"].any():
+                status = "not gated"
+            else:
+                status = "pass" if group["passed"].all() else "**FAIL**"
+            cells.append(status)
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def summary(self) -> dict[str, Any]:
+        """Small JSON-ready facts for asset metadata and MLflow tags."""
+        return {
+            "passed": self.passed,
+            "has_production": self.has_production,
+            "failures": len(self.failures),
+            "slices": int(self.table["slice"].nunique()) if len(self.table) else 0,
+            "gated_slices": int(self.table.loc[self.table["gated"], "slice"].nunique())
+            if len(self.table)
+            else 0,
+        }
+
+
+def _fmt(value: float, sign: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:+.3f}" if sign else f"{value:.3f}"
+
+
+def offline_gates(gates: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``offline`` section, whether given the whole gates.yaml or just that section."""
+    return gates.get("offline", gates)
+
+
+def budget_for(slice_name: str, metric: str, offline: Mapping[str, Any]) -> float | None:
+    """The budget of ``metric`` on ``slice_name``: first matching override, else the default."""
+    for pattern, overrides in (offline.get("slice_overrides") or {}).items():
+        if fnmatchcase(slice_name, str(pattern)):
+            if metric in (overrides or {}):
+                return float(overrides[metric])
+            break
+    default = (offline.get("budgets") or {}).get(metric)
+    return None if default is None else float(default)
+
+
+def _finite(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def compare_with_production(
+    candidate: pd.DataFrame,
+    production: pd.DataFrame | None,
+    gates: Mapping[str, Any],
+) -> Comparison:
+    """Gate ``candidate`` against ``production`` (both ``evaluate_by_slice`` tables).
+
+    ``gates`` is gates.yaml (or its ``offline`` section). ``production=None`` means no model is
+    deployed yet: the comparison passes with a note and still lists the candidate's metrics.
+    A slice production was measured on but the candidate was not is a failure: a candidate
+    cannot pass by not being evaluated.
+    """
+    offline = offline_gates(gates)
+    min_frames = int(offline.get("min_slice_frames", 0))
+    metrics = [m for m in METRIC_COLUMNS if m in candidate.columns]
+    has_production = production is not None
+    prod_rows = production.set_index("slice") if has_production else pd.DataFrame()
+    cand_rows = candidate.set_index("slice")
+    notes: list[str] = [] if has_production else [NO_PRODUCTION_NOTE]
+    failures: list[str] = []
+    rows: list[dict[str, Any]] = []
+
+    order = list(cand_rows.index)
+    if has_production:
+        order += [s for s in prod_rows.index if s not in cand_rows.index]
+    for slice_ in order:
+        in_cand = slice_ in cand_rows.index
+        in_prod = has_production and slice_ in prod_rows.index
+        source = cand_rows.loc[slice_] if in_cand else prod_rows.loc[slice_]
+        frames = int(source["frames"])
+        kind = str(source.get("kind", "slice"))
+        if in_cand and in_prod and int(prod_rows.loc[slice_, "frames"]) != frames:
+            notes.append(
+                f"{slice_}: candidate scored on {frames} frames, production on "
+                f"{int(prod_rows.loc[slice_, 'frames'])} — not the same benchmark"
+            )
+        for metric in metrics:
+            cand = float(cand_rows.loc[slice_, metric]) if in_cand else float("nan")
+            prod = float(prod_rows.loc[slice_, metric]) if in_prod else float("nan")
+            budget = budget_for(str(slice_), metric, offline)
+            delta = cand - prod if _finite(cand) and _finite(prod) else float("nan")
+            higher = HIGHER_IS_BETTER.get(metric, True)
+            regression = (-delta if higher else delta) if _finite(delta) else float("nan")
+            gated = bool(in_prod and budget is not None and frames >= min_frames and _finite(prod))
+            if not gated:
+                passed = True
+            elif not _finite(cand):
+                passed = False
+                failures.append(
+                    f"{slice_} {metric}: candidate not evaluated (production {prod:.3f})"
+                )
+            else:
+                passed = bool(regression <= budget + _TOLERANCE)
+                if not passed:
+                    direction = "drop" if higher else "increase"
+                    failures.append(
+                        f"{slice_} {metric}: candidate {cand:.3f} vs production {prod:.3f} "
+                        f"(delta {delta:+.3f}, budget {budget:.3f} {direction}, {frames} frames)"
+                    )
+            rows.append(
+                {
+                    "slice": str(slice_),
+                    "kind": kind,
+                    "metric": metric,
+                    "frames": frames,
+                    "candidate": cand,
+                    "production": prod,
+                    "delta": delta,
+                    "regression": regression,
+                    "budget": budget if budget is not None else float("nan"),
+                    "gated": gated,
+                    "passed": passed,
+                }
+            )
+    table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+    if has_production and len(table):
+        small = sorted(table.loc[table["frames"] < min_frames, "slice"].unique())
+        if small:
+            notes.append(
+                f"{len(small)} slice(s) below {min_frames} frames are reported but not gated"
+            )
+    return Comparison(
+        table=table,
+        passed=not failures,
+        failures=failures,
+        notes=notes,
+        has_production=has_production,
+    )

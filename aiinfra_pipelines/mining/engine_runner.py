@@ -1,0 +1,141 @@
+"""Run an engine over stored frames: the inference half of badcase mining.
+
+Frames arrive as table rows holding raw rgb8 bytes. Decoding all of them at once would make
+memory grow with the batch of new data (a day of fleet data is millions of frames), so frames
+are decoded ``batch_size × chunk_batches`` at a time and only the small per-frame predictions
+are kept. Chunks are whole multiples of the engine batch, so the engine sees exactly the
+batches a one-shot ``infer`` would — chunking cannot change a single output bit.
+
+Engines that expose ``run_raw`` (the onnxruntime engine) get a fast path: the uint8 → float32
+NCHW conversion is done in one pass into a reused buffer instead of ``images_to_input``'s
+copy-then-divide (9 ms → 2 ms per 64-frame batch on the reference CPU, where the graph itself
+takes ~7–25 ms), then the engine's own ``outputs_to_predictions``. The result is bit-identical
+to ``engine.infer`` (tested); other engines (TensorRT, test doubles) go through ``infer``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from aiinfra_pipelines.perception.contract import PerceptionSpec, decode_images
+from aiinfra_pipelines.perception.engine import (
+    Engine,
+    OnnxRuntimeEngine,
+    Predictions,
+    outputs_to_predictions,
+)
+
+from .settings import mining_config
+
+DEFAULT_BATCH_SIZE = 64
+
+
+def mining_engine(
+    onnx_bytes: bytes, spec: PerceptionSpec, config: dict[str, Any] | None = None
+) -> OnnxRuntimeEngine:
+    """The deployed ONNX model on onnxruntime with mining's batch size and threads (mining.yaml)."""
+    settings = mining_config(config)["engine"]
+    return OnnxRuntimeEngine(
+        onnx_bytes,
+        spec,
+        name="mining-onnxruntime",
+        batch_size=int(settings["batch_size"]),
+        intra_op_threads=int(settings.get("intra_op_threads", 0)),
+    )
+
+
+def empty_predictions(spec: PerceptionSpec) -> Predictions:
+    """Zero-frame predictions with the right trailing shapes (concatenation-safe)."""
+    return Predictions(
+        occupancy=np.zeros((0, 3, spec.bins), dtype=np.float32),
+        lead_gap_m=np.zeros(0, dtype=np.float32),
+        confidence=np.zeros(0, dtype=np.float32),
+    )
+
+
+def concat_predictions(parts: list[Predictions], spec: PerceptionSpec) -> Predictions:
+    """Stack per-chunk predictions in order."""
+    if not parts:
+        return empty_predictions(spec)
+    return Predictions(
+        occupancy=np.concatenate([p.occupancy for p in parts]),
+        lead_gap_m=np.concatenate([p.lead_gap_m for p in parts]),
+        confidence=np.concatenate([p.confidence for p in parts]),
+    )
+
+
+def _check_image_shape(frames: pd.DataFrame, spec: PerceptionSpec) -> None:
+    """Refuse frames from another camera config before decoding garbage into the network."""
+    for column, expected in (
+        ("image_height", spec.image_height),
+        ("image_width", spec.image_width),
+    ):
+        if column in frames.columns:
+            wrong = frames[column].to_numpy() != expected
+            if wrong.any():
+                raise ValueError(
+                    f"{int(wrong.sum())} frames have {column} != {expected} (the engine's input)"
+                )
+
+
+def images_to_input_into(images: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """uint8 N×H×W×3 → float32 N×3×H×W in [0, 1], written into ``out`` in one pass.
+
+    Bit-identical to ``contract.images_to_input`` (float32(x) / 255 either way) without its
+    intermediate float copy.
+    """
+    np.divide(images.transpose(0, 3, 1, 2), np.float32(255.0), out=out, dtype=np.float32)
+    return out
+
+
+def _infer_raw(
+    engine: Any, images: np.ndarray, spec: PerceptionSpec, batch_size: int
+) -> Predictions:
+    """``engine.infer`` for engines with ``run_raw``, with one-pass preprocessing."""
+    buffer = np.empty(
+        (min(batch_size, len(images)), 3, spec.image_height, spec.image_width), dtype=np.float32
+    )
+    occupancy_parts, gap_parts = [], []
+    for start in range(0, len(images), batch_size):
+        batch = images[start : start + batch_size]
+        occupancy, lead_gap = engine.run_raw(images_to_input_into(batch, buffer[: len(batch)]))
+        occupancy_parts.append(occupancy)
+        gap_parts.append(lead_gap)
+    return outputs_to_predictions(np.concatenate(occupancy_parts), np.concatenate(gap_parts), spec)
+
+
+def run_engine_over_frames(
+    engine: Engine,
+    frames: pd.DataFrame,
+    spec: PerceptionSpec,
+    *,
+    chunk_batches: int | None = None,
+    config: dict[str, Any] | None = None,
+) -> Predictions:
+    """Predictions for every row of ``frames`` (same order), decoding images chunk by chunk.
+
+    ``chunk_batches`` (default: mining.yaml ``engine.chunk_batches``) engine batches are decoded
+    per chunk, so peak memory is bounded by the chunk, not by ``len(frames)``. The engine's
+    ``batch_size`` attribute sets the batch (engines without one use 64). Engines with a
+    ``run_raw(batch float32 NCHW) -> (occupancy logits, lead gap)`` method take the fast path
+    described in the module docstring.
+    """
+    if chunk_batches is None:
+        chunk_batches = int(mining_config(config)["engine"]["chunk_batches"])
+    if chunk_batches < 1:
+        raise ValueError(f"chunk_batches must be >= 1, got {chunk_batches}")
+    _check_image_shape(frames, spec)
+    batch_size = int(getattr(engine, "batch_size", DEFAULT_BATCH_SIZE))
+    chunk = batch_size * chunk_batches
+    payloads = frames["image"].tolist() if len(frames) else []
+    parts = []
+    for start in range(0, len(payloads), chunk):
+        images = decode_images(payloads[start : start + chunk], spec.image_height, spec.image_width)
+        if hasattr(engine, "run_raw"):
+            parts.append(_infer_raw(engine, images, spec, batch_size))
+        else:
+            parts.append(engine.infer(images))
+    return concat_predictions(parts, spec)

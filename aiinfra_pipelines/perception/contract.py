@@ -1,0 +1,69 @@
+"""Shapes and encodings every producer and consumer of perception tensors agrees on.
+
+Input: camera frames as stored (uint8, H x W x 3, rgb8) become float32 NCHW in [0, 1].
+Output: per lane (left, ego, right) × distance bin occupancy logits, and the gap to the lead
+vehicle normalized by the sensing range. The bin edges and range come from
+``resources/fleet.yaml`` so labels, model and planner can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from aiinfra_pipelines.config import load_resource_yaml
+
+INPUT_NAME = "image"
+OCCUPANCY_OUTPUT = "occupancy_logits"
+LEAD_GAP_OUTPUT = "lead_gap"
+LANES = 3
+
+
+@dataclass(frozen=True)
+class PerceptionSpec:
+    image_height: int
+    image_width: int
+    bin_edges_m: tuple[float, ...]
+    max_range_m: float
+
+    @property
+    def bins(self) -> int:
+        return len(self.bin_edges_m) - 1
+
+
+def perception_spec() -> PerceptionSpec:
+    fleet = load_resource_yaml("fleet.yaml")
+    return PerceptionSpec(
+        image_height=int(fleet["camera"]["height_px"]),
+        image_width=int(fleet["camera"]["width_px"]),
+        bin_edges_m=tuple(float(edge) for edge in fleet["perception"]["bin_edges_m"]),
+        max_range_m=float(fleet["perception"]["max_range_m"]),
+    )
+
+
+def images_to_input(images: np.ndarray) -> np.ndarray:
+    """uint8 N x H x W x 3 → float32 N x 3 x H x W in [0, 1] (what the network consumes)."""
+    if images.ndim != 4 or images.shape[-1] != 3:
+        raise ValueError(f"expected N x H x W x 3 images, got shape {images.shape}")
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2), dtype=np.float32) / 255.0
+
+
+def decode_images(payloads, height: int, width: int) -> np.ndarray:
+    """Raw rgb8 bytes (as stored in ``anonymized_frames``) → uint8 N x H x W x 3."""
+    buffer = np.frombuffer(b"".join(payloads), dtype=np.uint8)
+    expected = len(payloads) * height * width * 3
+    if buffer.size != expected:
+        raise ValueError(
+            f"image bytes {buffer.size} do not match {len(payloads)} x {height}x{width}x3"
+        )
+    return buffer.reshape(len(payloads), height, width, 3)
+
+
+def confidence_from_probabilities(occupancy: np.ndarray) -> np.ndarray:
+    """Per-frame confidence: mean certainty |2p - 1| over the occupancy grid (0 = coin flip)."""
+    return np.abs(2.0 * occupancy - 1.0).reshape(occupancy.shape[0], -1).mean(axis=1)
+
+
+def sigmoid(values: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-values))

@@ -1,0 +1,55 @@
+"""Export the perception network to ONNX with a dynamic batch dimension.
+
+Lives with the contract (not in ``deployment/``) because the bootstrap engine — the network
+before any release — must be exportable by mining, which runs before training exists.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import torch
+
+from .contract import INPUT_NAME, LEAD_GAP_OUTPUT, OCCUPANCY_OUTPUT
+from .network import PerceptionNet
+
+OPSET = 17
+
+
+def export_onnx(net: PerceptionNet, opset: int = OPSET) -> bytes:
+    """Serialize ``net`` (eval mode, CPU) to ONNX bytes; identical weights give identical bytes."""
+    net = net.eval().cpu()
+    example = torch.zeros(1, 3, net.spec.image_height, net.spec.image_width)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        torch.onnx.export(
+            net,
+            (example,),
+            buffer,
+            input_names=[INPUT_NAME],
+            output_names=[OCCUPANCY_OUTPUT, LEAD_GAP_OUTPUT],
+            dynamic_axes={
+                INPUT_NAME: {0: "batch"},
+                OCCUPANCY_OUTPUT: {0: "batch"},
+                LEAD_GAP_OUTPUT: {0: "batch"},
+            },
+            opset_version=opset,
+            dynamo=False,
+        )
+    return buffer.getvalue()
+
+
+def bootstrap_network(spec, seed: int = 0) -> PerceptionNet:
+    """Model zero: the network as initialized under a fixed seed, before any training.
+
+    Before the first release there is no learned engine; mining runs this one, whose near-coin-
+    flip confidence marks every frame as a candidate — exactly right when nothing is known yet.
+    """
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        return PerceptionNet(spec).eval()
+    finally:
+        torch.random.set_rng_state(generator_state)

@@ -1,0 +1,281 @@
+"""Frames tables → tensors the perception network trains on.
+
+Input is a frames table as ``anonymized_frames``/``training_dataset`` publish it (one row per
+camera frame: raw rgb8 ``image`` bytes, ``image_height``/``image_width``, ``ground_truth`` JSON,
+``lane_index``, ``lane_count``, ``log_id``). Images are decoded exactly once into one uint8
+tensor (N x 3 x H x W, a quarter of the float32 size, so worker processes and pinned buffers
+move little data); conversion to float and augmentation happen on the training device in
+``PerceptionModule.on_after_batch_transfer``.
+
+Bad input fails here, before a Trainer or an MLflow run exists, with a ``ValueError`` that names
+the problem: an empty table, missing columns, frames whose size is not the camera contract's,
+truncated image payloads, and non-finite ground truth or labels.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from aiinfra_pipelines.perception.contract import PerceptionSpec, decode_images, perception_spec
+from aiinfra_pipelines.perception.labels import ground_truth_labels
+
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "image",
+    "image_height",
+    "image_width",
+    "ground_truth",
+    "lane_index",
+    "lane_count",
+)
+_GROUND_TRUTH_FIELDS: tuple[str, ...] = ("x", "y", "vx", "vy", "lane_offset")
+
+Sample = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _where(frames: pd.DataFrame, mask: np.ndarray, limit: int = 3) -> str:
+    """A short "which rows" hint for error messages: log ids and frame indices when present."""
+    rows = frames.loc[mask]
+    if "log_id" in rows and "frame_index" in rows:
+        items = [
+            f"{log}#{idx}" for log, idx in zip(rows["log_id"], rows["frame_index"], strict=True)
+        ]
+    else:
+        items = [str(i) for i in rows.index]
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def validate_frames(frames: pd.DataFrame, spec: PerceptionSpec, name: str = "frames") -> None:
+    """Raise ``ValueError`` naming the first problem that would make ``frames`` untrainable.
+
+    Ground truth is checked before labels are derived because the label function silently
+    drops a vehicle whose position is NaN (NaN compares false with every bin edge): the frame
+    would train as "lane free" — a wrong label, not an error — unless it is caught here.
+    """
+    if not isinstance(frames, pd.DataFrame):
+        raise ValueError(f"{name}: expected a pandas DataFrame, got {type(frames).__name__}")
+    if len(frames) == 0:
+        raise ValueError(f"{name} is empty: no frames to train or validate on")
+    missing = [column for column in REQUIRED_COLUMNS if column not in frames.columns]
+    if missing:
+        raise ValueError(f"{name}: missing required columns {missing}")
+
+    for column in ("image_height", "image_width", "lane_index", "lane_count"):
+        values = pd.to_numeric(frames[column], errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise ValueError(
+                f"{name}: {int(bad.sum())} frames have a missing/NaN {column} "
+                f"({_where(frames, bad)})"
+            )
+
+    heights = frames["image_height"].to_numpy(dtype=np.int64)
+    widths = frames["image_width"].to_numpy(dtype=np.int64)
+    wrong_size = (heights != spec.image_height) | (widths != spec.image_width)
+    if wrong_size.any():
+        sizes = sorted({(int(h), int(w)) for h, w in zip(heights, widths, strict=True)})
+        found = ", ".join(f"{h}x{w}" for h, w in sizes)
+        raise ValueError(
+            f"{name}: mismatched image sizes — the camera contract is "
+            f"{spec.image_height}x{spec.image_width} (HxW) but found {found}; "
+            f"{int(wrong_size.sum())} frames differ ({_where(frames, wrong_size)})"
+        )
+
+    expected_bytes = spec.image_height * spec.image_width * 3
+    lengths = np.array(
+        [
+            len(payload) if isinstance(payload, bytes | bytearray | memoryview) else -1
+            for payload in frames["image"]
+        ]
+    )
+    truncated = lengths != expected_bytes
+    if truncated.any():
+        raise ValueError(
+            f"{name}: {int(truncated.sum())} image payloads are not {expected_bytes} bytes of "
+            f"rgb8 {spec.image_height}x{spec.image_width} ({_where(frames, truncated)})"
+        )
+
+    bad_truth = np.zeros(len(frames), dtype=bool)
+    reasons: list[str] = []
+    for i, payload in enumerate(frames["ground_truth"]):
+        try:
+            vehicles = json.loads(payload)
+            for vehicle in vehicles:
+                for field in _GROUND_TRUTH_FIELDS:
+                    if not math.isfinite(float(vehicle[field])):
+                        raise ValueError(f"{field}={vehicle[field]}")
+        except (TypeError, KeyError, ValueError) as error:
+            bad_truth[i] = True
+            reasons.append(str(error))
+    if bad_truth.any():
+        raise ValueError(
+            f"{name}: NaN/invalid ground truth in {int(bad_truth.sum())} frames, labels cannot "
+            f"be derived ({_where(frames, bad_truth)}; first problem: {reasons[0]})"
+        )
+
+
+def frames_to_arrays(
+    frames: pd.DataFrame, spec: PerceptionSpec, name: str = "frames"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validated (images uint8 N x H x W x 3, occupancy N x 3 x bins, lead gap N normalized)."""
+    validate_frames(frames, spec, name)
+    images = decode_images(list(frames["image"]), spec.image_height, spec.image_width)
+    occupancy, lead_gap = ground_truth_labels(frames, spec)
+    for label, values in (("occupancy", occupancy), ("lead gap", lead_gap)):
+        bad = ~np.isfinite(values.reshape(len(frames), -1)).all(axis=1)
+        if bad.any():
+            raise ValueError(
+                f"{name}: NaN in {label} labels for {int(bad.sum())} frames ({_where(frames, bad)})"
+            )
+    return images, occupancy, lead_gap
+
+
+class PerceptionDataset(Dataset[Sample]):
+    """In-memory (image uint8 3 x H x W, occupancy 3 x bins, lead gap 1) samples of a frames table.
+
+    Decoding and labelling once up front costs a second per thousand frames and makes every
+    epoch after that pure tensor indexing, cheap enough for worker processes to stay ahead of
+    the model.
+    """
+
+    def __init__(
+        self, frames: pd.DataFrame, spec: PerceptionSpec | None = None, name: str = "frames"
+    ) -> None:
+        self.spec = spec or perception_spec()
+        images, occupancy, lead_gap = frames_to_arrays(frames, self.spec, name)
+        # N x H x W x 3 → N x 3 x H x W, contiguous so a sample is one memcpy.
+        self.images = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))
+        self.occupancy = torch.from_numpy(occupancy)
+        self.lead_gap = torch.from_numpy(lead_gap).unsqueeze(1)
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    def __getitem__(self, index: int) -> Sample:
+        return self.images[index], self.occupancy[index], self.lead_gap[index]
+
+
+class EpochSeededShuffle(Sampler[int]):
+    """A random permutation per epoch drawn from a generator seeded with ``seed + epoch``.
+
+    Lightning calls ``set_epoch`` before every epoch (also after resuming from a checkpoint), so
+    epoch k sees the same order whether or not the process was killed before it — the property
+    that makes a resumed run match an uninterrupted one. A plain ``RandomSampler`` with one
+    seeded generator would depend on how many epochs this process has already drawn.
+    """
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size = size
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class PerceptionDataModule(L.LightningDataModule):
+    """Train/val loaders over two frames tables (already split by log upstream).
+
+    Datasets are built (and validated) in the constructor, so bad input fails before a Trainer
+    starts; under ``ddp_spawn`` they travel to the workers as compact uint8 tensors.
+    """
+
+    def __init__(
+        self,
+        train_frames: pd.DataFrame,
+        val_frames: pd.DataFrame,
+        *,
+        batch_size: int,
+        num_workers: int,
+        pin_memory: bool,
+        seed: int,
+        spec: PerceptionSpec | None = None,
+        multiprocessing_context: str | None = None,
+        drop_last: bool = False,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.spec = spec or perception_spec()
+        self.train_dataset = PerceptionDataset(train_frames, self.spec, name="train_frames")
+        self.val_dataset = PerceptionDataset(val_frames, self.spec, name="val_frames")
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.seed = seed
+        self.multiprocessing_context = multiprocessing_context
+        self.drop_last = drop_last
+
+    @classmethod
+    def from_config(
+        cls,
+        train_frames: pd.DataFrame,
+        val_frames: pd.DataFrame,
+        config: dict[str, Any],
+        *,
+        seed: int,
+        spec: PerceptionSpec | None = None,
+    ) -> PerceptionDataModule:
+        """Build from the ``data:`` section of ``training.yaml``."""
+        data = config["data"]
+        return cls(
+            train_frames,
+            val_frames,
+            batch_size=int(data["batch_size"]),
+            num_workers=int(data["num_workers"]),
+            pin_memory=bool(data["pin_memory"]),
+            seed=seed,
+            spec=spec,
+            multiprocessing_context=data.get("multiprocessing_context"),
+            drop_last=bool(data.get("drop_last", False)),
+        )
+
+    def _pin(self) -> bool:
+        """Pinned memory only helps host→accelerator copies; on CPU it is a wasted copy."""
+        trainer = self.trainer  # None until attached to a Trainer
+        if trainer is None:
+            return False
+        return self.pin_memory and trainer.strategy.root_device.type != "cpu"
+
+    def _loader(self, dataset: PerceptionDataset, sampler: Sampler[int] | None) -> DataLoader:
+        workers = self.num_workers
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=sampler,
+            shuffle=False,
+            num_workers=workers,
+            pin_memory=self._pin(),
+            persistent_workers=workers > 0,
+            multiprocessing_context=self.multiprocessing_context if workers > 0 else None,
+            # Seeds the workers' base seed; Lightning's seed_everything(workers=True) derives
+            # each worker's RNG from it, so worker-side randomness is reproducible too.
+            generator=torch.Generator().manual_seed(self.seed),
+            drop_last=self.drop_last and sampler is not None,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(
+            self.train_dataset, EpochSeededShuffle(len(self.train_dataset), self.seed)
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_dataset, None)

@@ -1,0 +1,313 @@
+"""The perception network as a LightningModule: loss, validation metrics, optimizer, schedule.
+
+Every hyperparameter is a constructor argument of a plain type and goes through
+``save_hyperparameters``, so a checkpoint alone rebuilds the module
+(``PerceptionModule.load_from_checkpoint(path)``) and MLflow sees exactly what trained it.
+Validation metrics are the pure functions of ``training.metrics`` — the same numbers offline
+evaluation reports for the same predictions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from aiinfra_pipelines.perception.contract import PerceptionSpec
+from aiinfra_pipelines.perception.network import PerceptionNet
+
+from . import metrics
+
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+SCHEDULERS = ("cosine", "step", "none")
+
+# Names of the per-epoch metrics (the MLflow history and the progress lines use these).
+TRAIN_LOSS = "train_loss"
+VAL_LOSS = "val_loss"
+VAL_ACCURACY = "val_occupancy_accuracy"
+VAL_F1 = "val_occupancy_f1"
+VAL_LEAD_GAP_MAE = "val_lead_gap_mae_m"
+EPOCH_METRICS: tuple[str, ...] = (TRAIN_LOSS, VAL_LOSS, VAL_ACCURACY, VAL_F1, VAL_LEAD_GAP_MAE)
+
+
+def images_to_float(images: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
+    """uint8 N x 3 x H x W → float32 in [0, 1], the contract's ``images_to_input`` in torch.
+
+    ``channels_last`` only changes the memory layout (values and shape are the same): oneDNN
+    on CPU and cuDNN with mixed precision run these convolutions faster in NHWC.
+    """
+    floats = images.float().div_(255.0)
+    return floats.contiguous(memory_format=torch.channels_last) if channels_last else floats
+
+
+def brightness_jitter(
+    images: torch.Tensor, amount: float, generator: torch.Generator
+) -> torch.Tensor:
+    """Multiply each image by a gain drawn uniformly from [1 - amount, 1 + amount], clipped."""
+    gains = torch.empty(images.shape[0], 1, 1, 1, device=images.device)
+    gains.uniform_(1.0 - amount, 1.0 + amount, generator=generator)
+    return (images * gains).clamp_(0.0, 1.0)
+
+
+def mirror_lanes(
+    images: torch.Tensor,
+    occupancy: torch.Tensor,
+    probability: float,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flip a random subset of frames upside down and swap their left/right lane labels.
+
+    The camera is a top-down view, so a vertical flip is the mirror image of the scene: every
+    lateral offset changes sign (left lane ↔ right lane) while distances along the road stay
+    the same — a second, equally valid labelled frame for free. The lead gap is unchanged.
+    """
+    flip = torch.rand(images.shape[0], device=images.device, generator=generator) < probability
+    if not bool(flip.any()):
+        return images, occupancy
+    images = torch.where(flip.view(-1, 1, 1, 1), images.flip(-2), images)
+    occupancy = torch.where(flip.view(-1, 1, 1), occupancy.flip(-2), occupancy)
+    return images, occupancy
+
+
+def perception_loss(
+    occupancy_logits: torch.Tensor,
+    lead_gap_pred: torch.Tensor,
+    occupancy: torch.Tensor,
+    lead_gap: torch.Tensor,
+    *,
+    lead_gap_weight: float,
+    smooth_l1_beta: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(total, occupancy BCE-with-logits, lead-gap SmoothL1), all batch means.
+
+    SmoothL1 rather than MSE for the gap: "no lead vehicle" frames sit at the range cap (1.0)
+    and would otherwise dominate the gradient whenever the network hesitates about them.
+    """
+    occupancy_loss = F.binary_cross_entropy_with_logits(occupancy_logits, occupancy)
+    gap_loss = F.smooth_l1_loss(lead_gap_pred, lead_gap, beta=smooth_l1_beta)
+    return occupancy_loss + lead_gap_weight * gap_loss, occupancy_loss, gap_loss
+
+
+class PerceptionModule(L.LightningModule):
+    """Trains ``PerceptionNet``: occupancy BCE + weighted lead-gap SmoothL1, AdamW + schedule."""
+
+    def __init__(
+        self,
+        image_height: int,
+        image_width: int,
+        bin_edges_m: Sequence[float],
+        max_range_m: float,
+        *,
+        width: int,
+        hidden: int,
+        lr: float,
+        weight_decay: float,
+        lead_gap_weight: float,
+        smooth_l1_beta: float,
+        scheduler: str,
+        min_lr_ratio: float,
+        step_epochs: int,
+        gamma: float,
+        brightness_jitter: float,
+        mirror_probability: float,
+        occupancy_threshold: float,
+        augmentation_seed: int,
+        channels_last: bool = False,
+    ) -> None:
+        super().__init__()
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
+        if not 0.0 <= brightness_jitter < 1.0:
+            raise ValueError(f"brightness_jitter must be within [0, 1), got {brightness_jitter}")
+        if not 0.0 <= mirror_probability <= 1.0:
+            raise ValueError(f"mirror_probability must be within [0, 1], got {mirror_probability}")
+        self.save_hyperparameters()
+        self.spec = PerceptionSpec(
+            image_height=int(image_height),
+            image_width=int(image_width),
+            bin_edges_m=tuple(float(edge) for edge in bin_edges_m),
+            max_range_m=float(max_range_m),
+        )
+        self.net = PerceptionNet(self.spec, width=width, hidden=hidden)
+        self._val_outputs: list[tuple[torch.Tensor, ...]] = []
+
+    @classmethod
+    def from_config(
+        cls, spec: PerceptionSpec, config: dict[str, Any], seed: int
+    ) -> PerceptionModule:
+        """Build from ``training.yaml`` sections model/loss/optimizer/scheduler/augmentation."""
+        scheduler = config["scheduler"]
+        return cls(
+            spec.image_height,
+            spec.image_width,
+            list(spec.bin_edges_m),
+            spec.max_range_m,
+            width=int(config["model"]["width"]),
+            hidden=int(config["model"]["hidden"]),
+            lr=float(config["optimizer"]["lr"]),
+            weight_decay=float(config["optimizer"]["weight_decay"]),
+            lead_gap_weight=float(config["loss"]["lead_gap_weight"]),
+            smooth_l1_beta=float(config["loss"]["smooth_l1_beta"]),
+            scheduler=str(scheduler["name"]),
+            min_lr_ratio=float(scheduler["min_lr_ratio"]),
+            step_epochs=int(scheduler["step_epochs"]),
+            gamma=float(scheduler["gamma"]),
+            brightness_jitter=float(config["augmentation"]["brightness_jitter"]),
+            mirror_probability=float(config["augmentation"]["mirror_probability"]),
+            occupancy_threshold=float(config["metrics"]["occupancy_threshold"]),
+            augmentation_seed=int(seed),
+            channels_last=bool(config["model"].get("channels_last", False)),
+        )
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.net(images)
+
+    # -- data on the device ---------------------------------------------------------------
+
+    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+        """uint8 → float on the device (4x less host→device traffic), then augment if training.
+
+        The augmentation generator is seeded from (seed, global step, rank): a resumed run
+        draws the same gains for step k as an uninterrupted one, regardless of worker state.
+        """
+        images, occupancy, lead_gap = batch
+        images = images_to_float(images, self.hparams.channels_last)
+        if self._trainer is None or not self.trainer.training:
+            return images, occupancy, lead_gap
+        generator = torch.Generator(device=images.device)
+        generator.manual_seed(
+            (self.hparams.augmentation_seed * 1_000_003 + self.global_step) * 64 + self.global_rank
+        )
+        if self.hparams.mirror_probability > 0:
+            images, occupancy = mirror_lanes(
+                images, occupancy, self.hparams.mirror_probability, generator
+            )
+        if self.hparams.brightness_jitter > 0:
+            images = brightness_jitter(images, self.hparams.brightness_jitter, generator)
+        return images, occupancy, lead_gap
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def _losses(self, batch: Batch) -> tuple[torch.Tensor, ...]:
+        images, occupancy, lead_gap = batch
+        occupancy_logits, lead_gap_pred = self.net(images)
+        total, occupancy_loss, gap_loss = perception_loss(
+            occupancy_logits,
+            lead_gap_pred,
+            occupancy,
+            lead_gap,
+            lead_gap_weight=self.hparams.lead_gap_weight,
+            smooth_l1_beta=self.hparams.smooth_l1_beta,
+        )
+        return total, occupancy_loss, gap_loss, occupancy_logits, lead_gap_pred
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        total, occupancy_loss, gap_loss, _, _ = self._losses(batch)
+        size = batch[0].shape[0]
+        self.log(TRAIN_LOSS, total, on_step=False, on_epoch=True, batch_size=size, sync_dist=True)
+        self.log_dict(
+            {"train_occupancy_loss": occupancy_loss, "train_lead_gap_loss": gap_loss},
+            on_step=False,
+            on_epoch=True,
+            batch_size=size,
+            sync_dist=True,
+        )
+        return total
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_outputs = []
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        total, _, _, occupancy_logits, lead_gap_pred = self._losses(batch)
+        self.log(
+            VAL_LOSS,
+            total,
+            on_step=False,
+            on_epoch=True,
+            batch_size=batch[0].shape[0],
+            sync_dist=True,
+        )
+        self._val_outputs.append(
+            (torch.sigmoid(occupancy_logits).detach(), batch[1], lead_gap_pred.detach(), batch[2])
+        )
+
+    def on_validation_epoch_end(self) -> None:
+        """Epoch-level metrics over the whole val set (F1 does not average over batches)."""
+        if not self._val_outputs:
+            return
+        prob, target, gap_pred, gap_target = (
+            torch.cat([output[i] for output in self._val_outputs]) for i in range(4)
+        )
+        self._val_outputs = []
+        if self.trainer.world_size > 1:
+            prob, target, gap_pred, gap_target = (
+                self.all_gather(tensor).flatten(0, 1)
+                for tensor in (prob, target, gap_pred, gap_target)
+            )
+        scores = validation_scores(
+            prob.float().cpu().numpy(),
+            target.cpu().numpy(),
+            gap_pred.float().cpu().numpy(),
+            gap_target.cpu().numpy(),
+            threshold=self.hparams.occupancy_threshold,
+            max_range_m=self.spec.max_range_m,
+        )
+        # Identical on every rank after the gather: no further reduction needed.
+        self.log_dict(scores, on_step=False, on_epoch=True)
+
+    # -- optimization ---------------------------------------------------------------------
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """AdamW and a per-step schedule (exactly restorable from a checkpoint on resume)."""
+        optimizer = torch.optim.AdamW(
+            self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
+        )
+        name = self.hparams.scheduler
+        if name == "none":
+            return {"optimizer": optimizer}
+        total_steps = self.trainer.estimated_stepping_batches
+        if not math.isfinite(total_steps):
+            raise ValueError("a learning-rate schedule needs max_epochs (or max_steps) to be set")
+        total_steps = max(1, int(total_steps))
+        if name == "cosine":
+            scheduler: torch.optim.lr_scheduler.LRScheduler = (
+                torch.optim.lr_scheduler.CosineAnnealingLR(
+                    optimizer,
+                    T_max=total_steps,
+                    eta_min=self.hparams.lr * self.hparams.min_lr_ratio,
+                )
+            )
+        else:
+            max_epochs = max(1, self.trainer.max_epochs or 1)
+            steps_per_epoch = max(1, total_steps // max_epochs)
+            scheduler = torch.optim.lr_scheduler.StepLR(
+                optimizer,
+                step_size=self.hparams.step_epochs * steps_per_epoch,
+                gamma=self.hparams.gamma,
+            )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }
+
+
+def validation_scores(
+    prob: np.ndarray,
+    target: np.ndarray,
+    gap_pred: np.ndarray,
+    gap_target: np.ndarray,
+    *,
+    threshold: float,
+    max_range_m: float,
+) -> dict[str, float]:
+    """The val_* metrics of one pass (shared by the epoch loop and the final evaluation)."""
+    return {
+        VAL_ACCURACY: metrics.occupancy_accuracy(prob, target, threshold),
+        VAL_F1: metrics.occupancy_f1(prob, target, threshold),
+        VAL_LEAD_GAP_MAE: metrics.lead_gap_mae_m(gap_pred, gap_target, max_range_m),
+    }

@@ -1,0 +1,76 @@
+"""Driving a fleet batch through ingestion and mining with ``dg.materialize``, for loop tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import dagster as dg
+
+from aiinfra_pipelines.datasets import definitions as dataset_layer
+from aiinfra_pipelines.evaluation import definitions as evaluation_layer
+from aiinfra_pipelines.ingest import definitions as ingest_layer
+from aiinfra_pipelines.ingest.partitions import drive_log_partitions
+from aiinfra_pipelines.ingest.resources import AnonymizationKey
+from aiinfra_pipelines.lake.io_manager import LakeIOManager
+from aiinfra_pipelines.lake.local import LocalLake
+from aiinfra_pipelines.logs.model import DriveLog
+from aiinfra_pipelines.mining import definitions as mining_layer
+from aiinfra_pipelines.training import definitions as training_layer
+from aiinfra_pipelines.training.resources import MlflowTracking
+from aiinfra_pipelines_tests.ingest.helpers import land
+
+PER_LOG_GROUPS = ("ingest", "mining")
+MODEL_GROUPS = ("datasets", "training", "evaluation")
+
+
+def loop_resources(lake: LocalLake, workdir: Path) -> dict:
+    return {
+        "lake": lake,
+        "io_manager": LakeIOManager(lake=lake),
+        "anonymization": AnonymizationKey(key_hex="ab" * 32),
+        "mlflow_tracking": MlflowTracking(
+            tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}",
+            checkpoint_root=str(workdir / "checkpoints"),
+        ),
+    }
+
+
+def all_assets_and_checks() -> list:
+    """Every layer's assets and checks, unbound (the test supplies the resources)."""
+    layers = [ingest_layer, mining_layer, dataset_layer, training_layer, evaluation_layer]
+    return [
+        item for layer in layers for item in [*layer.defs.assets, *(layer.defs.asset_checks or [])]
+    ]
+
+
+def ingest_and_mine(
+    instance: dg.DagsterInstance, resources: dict, batch_id: str, logs: Sequence[DriveLog]
+) -> list[str]:
+    """Land ``logs`` as one batch and run every per-log group for each; returns partitions."""
+    batch = land(resources["lake"], batch_id, [(log.log_id, log) for log in logs])
+    partitions = [f"{batch.branch}/{key}" for key in batch.keys]
+    instance.add_dynamic_partitions(drive_log_partitions.name, partitions)
+    assets = all_assets_and_checks()
+    for partition in partitions:
+        result = dg.materialize(
+            assets,
+            selection=dg.AssetSelection.groups(*PER_LOG_GROUPS),
+            instance=instance,
+            resources=resources,
+            partition_key=partition,
+        )
+        assert result.success
+    return partitions
+
+
+def run_training_cycle(
+    instance: dg.DagsterInstance, resources: dict, raise_on_error: bool = True
+) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        all_assets_and_checks(),
+        selection=dg.AssetSelection.groups(*MODEL_GROUPS),
+        instance=instance,
+        resources=resources,
+        raise_on_error=raise_on_error,
+    )
