@@ -18,6 +18,7 @@ import argparse
 import os
 import statistics
 import time
+import warnings
 from typing import Any
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -41,6 +42,7 @@ from aiinfra_pipelines.training.module import (
 from aiinfra_pipelines.training.train import load_training_config
 
 BENCH_KEY = b"b" * 32
+warnings.filterwarnings("ignore", message=r"You have overridden `on_after_batch_transfer`")
 
 
 def fleet_frames(vehicles: int, episodes: int, seed: int) -> pd.DataFrame:

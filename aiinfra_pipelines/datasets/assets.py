@@ -72,13 +72,23 @@ def _trained_logs(lake: VersionedLake) -> set[str]:
     return {log for logs in manifest["logs"].values() for log in logs}
 
 
+class BenchmarkChange(dg.Config):
+    """An operator's explicit change of benchmark membership (launchpad config in the UI)."""
+
+    add_logs: list[str] = []
+    remove_logs: list[str] = []
+    reason: str = ""
+
+
 @dg.asset(group_name=GROUP, kinds={"lakefs", "pandas"}, deps=[mined_badcases])
-def benchmark_set(context: dg.AssetExecutionContext, lake: VersionedLake) -> dg.MaterializeResult:
+def benchmark_set(
+    context: dg.AssetExecutionContext, lake: VersionedLake, config: BenchmarkChange
+) -> dg.MaterializeResult:
     """A frozen held-out set per slice that never enters training.
 
     Existing members never change implicitly: new data only covers slices that had no
-    benchmark logs yet. Changing membership is an explicit, recorded act
-    (``datasets.benchmark.freeze_benchmark(..., reason=...)``).
+    benchmark logs yet. Changing membership is an explicit, recorded act: materialize with
+    ``add_logs`` / ``remove_logs`` and a ``reason``, which the manifest's ``changes`` keeps.
     """
     settings = dataset_settings()
     frames = published_frames(lake)
@@ -90,6 +100,9 @@ def benchmark_set(context: dg.AssetExecutionContext, lake: VersionedLake) -> dg.
         seed=settings.seed,
         min_logs_per_slice=settings.min_benchmark_logs_per_slice,
         exclude_logs=_trained_logs(lake),
+        add_logs=config.add_logs,
+        remove_logs=config.remove_logs,
+        reason=config.reason or None,
     )
     members = frames[frames["log_id"].isin(benchmark_log_ids(manifest))]
     changed = existing is None or existing["version"] != manifest["version"]

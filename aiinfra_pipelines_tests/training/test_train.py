@@ -26,7 +26,12 @@ from aiinfra_pipelines.config import PROJECT_ROOT, load_resource_yaml
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.training import metrics
 from aiinfra_pipelines.training.datamodule import PerceptionDataset
-from aiinfra_pipelines.training.module import EPOCH_METRICS, VAL_ACCURACY, VAL_LOSS
+from aiinfra_pipelines.training.module import (
+    EPOCH_METRICS,
+    VAL_ACCURACY,
+    VAL_LOSS,
+    PerceptionModule,
+)
 from aiinfra_pipelines.training.train import (
     LOCK_FILE,
     RUN_ID_FILE,
@@ -101,6 +106,7 @@ def test_learns_well_beyond_no_camera_baselines(trained, fleet_split, capsys):
             print(
                 f"  {name:24s} n={len(rows):3d}"
                 f" acc={metrics.occupancy_accuracy(prob[rows], occupancy[rows]):.3f}"
+                f" (baseline {metrics.occupancy_majority_baseline_accuracy(occupancy[rows]):.3f})"
                 f" f1={metrics.occupancy_f1(prob[rows], occupancy[rows]):.3f}"
                 f" gap_mae={metrics.lead_gap_mae_m(gap[rows], lead_gap[rows], 75.0):.1f} m"
             )
@@ -138,6 +144,10 @@ def test_mlflow_records_params_tags_history_checkpoint_and_a_loadable_model(
     assert last_val.value == pytest.approx(result.metrics[VAL_ACCURACY], abs=1e-6)
     artifacts = [item.path for item in client.list_artifacts(result.mlflow_run_id, "checkpoints")]
     assert artifacts == ["checkpoints/last.ckpt"]
+
+    # The checkpoint alone rebuilds the module (all hyperparameters saved with it).
+    restored = PerceptionModule.load_from_checkpoint(result.checkpoint_path, map_location="cpu")
+    _assert_same_weights(restored.net, result.network)
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri(root))
     dataset = PerceptionDataset(fleet_split[1].iloc[:64], perception_spec())
