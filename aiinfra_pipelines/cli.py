@@ -13,10 +13,10 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from aiinfra_pipelines.config import PROJECT_ROOT
+from aiinfra_pipelines.progress import progress_bar
 
 app = typer.Typer(help="aiinfra: the perception stack's data loop.", no_args_is_help=True)
 fleet_app = typer.Typer(help="The simulated fleet.", no_args_is_help=True)
@@ -37,16 +37,6 @@ def _lake():
     lake = build_lake(load_environment())
     lake.ensure_repository()
     return lake
-
-
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
 
 
 @fleet_app.command("drive")
@@ -124,7 +114,7 @@ def lake_upload(
     from aiinfra_pipelines.fleet.landing import land_batch
 
     batch_id = batch or datetime.now(UTC).strftime("upload%Y%m%dT%H%M%S")
-    with _progress() as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task("uploading", total=len(paths))
         result = land_batch(
             _lake(),

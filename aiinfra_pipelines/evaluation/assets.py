@@ -25,7 +25,7 @@ from aiinfra_pipelines.lake.publish_asset import build_publish_asset
 from aiinfra_pipelines.perception.contract import images_to_input, perception_spec
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 from aiinfra_pipelines.training.assets import trained_model
-from aiinfra_pipelines.training.resources import MlflowTracking
+from aiinfra_pipelines.training.resources import MlflowTracking, mlflow_tracking_uri
 
 from .compare import compare_with_production
 from .slices import evaluate_by_slice
@@ -64,8 +64,8 @@ def slice_metrics(network: Any, frames: pd.DataFrame) -> pd.DataFrame:
 def _load_model(model_uri: str, tracking_uri: str) -> Any:
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri)
-    return mlflow.pytorch.load_model(model_uri, map_location="cpu")
+    with mlflow_tracking_uri(tracking_uri):
+        return mlflow.pytorch.load_model(model_uri, map_location="cpu")
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch", "mlflow"}, deps=[benchmark_set])
@@ -96,8 +96,10 @@ def offline_eval(
     )
     comparison = compare_with_production(candidate, production, load_resource_yaml("gates.yaml"))
     markdown = comparison.to_markdown()
-    mlflow.set_tracking_uri(mlflow_tracking.uri())
-    with mlflow.start_run(run_id=trained_model["mlflow_run_id"]):
+    with (
+        mlflow_tracking_uri(mlflow_tracking.uri()),
+        mlflow.start_run(run_id=trained_model["mlflow_run_id"]),
+    ):
         for metric in PLOTTED_METRICS:
             mlflow.log_figure(
                 slice_metric_plot(comparison.table, metric), f"offline_eval/{metric}.png"

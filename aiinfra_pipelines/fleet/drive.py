@@ -5,31 +5,21 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.logs.model import DriveLog
 from aiinfra_pipelines.logs.writer import encode_drive_log
+from aiinfra_pipelines.progress import progress_bar
 
 from .landing import LandedBatch, land_batch
 from .simulator import drive_fleet
-
-
-def _progress(console: Console | None) -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    )
 
 
 def drive_fleet_logs(
     *, vehicles: int, episodes: int, seed: int, console: Console | None = None
 ) -> list[tuple[str, bytes, DriveLog]]:
     """Drive ``vehicles`` × ``episodes`` with a progress bar; returns (log id, MCAP, log)."""
-    with _progress(console) as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task("driving", total=vehicles * episodes)
         logs = drive_fleet(
             vehicles,

@@ -47,6 +47,7 @@ from aiinfra_pipelines.perception.network import PerceptionNet
 
 from .datamodule import PerceptionDataModule, PerceptionDataset
 from .module import EPOCH_METRICS, VAL_LOSS, PerceptionModule, perception_loss, validation_scores
+from .resources import mlflow_tracking_uri as tracking_uri_scope
 
 logger = logging.getLogger(__name__)
 
@@ -201,29 +202,6 @@ def _exclusive(checkpoint_dir: Path) -> Iterator[None]:
 
 
 # -- MLflow --------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _tracking_uri(uri: str) -> Iterator[None]:
-    """Point MLflow's fluent API at ``uri`` for the block, then restore the caller's setting.
-
-    ``mlflow.set_tracking_uri`` also exports ``MLFLOW_TRACKING_URI``; both the module-level
-    value and the environment variable are put back, so a training call never changes where
-    the caller's own MLflow calls go.
-    """
-    from mlflow.tracking._tracking_service import utils as tracking_utils
-
-    previous = getattr(tracking_utils, "_tracking_uri", None)
-    previous_env = os.environ.get("MLFLOW_TRACKING_URI")
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(previous)
-        if previous_env is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = previous_env
 
 
 def _default_artifact_location(tracking_uri: str, experiment: str) -> str | None:
@@ -618,7 +596,7 @@ def train_perception_model(
 
     exclusive = _exclusive(checkpoint_dir) if rank_zero else contextlib.nullcontext()
     try:
-        with exclusive, _tracking_uri(mlflow_tracking_uri):
+        with exclusive, tracking_uri_scope(mlflow_tracking_uri):
             resumed_from = completed_epochs(last) if last.is_file() else None
             client = MlflowClient(tracking_uri=mlflow_tracking_uri)
             experiment_id, run_context = "", contextlib.nullcontext()

@@ -61,8 +61,8 @@ def test_cycle_tags_the_dataset_commit_that_mlflow_records(loop):
     dataset = _materialized(first, "training_dataset")
     model = _materialized(first, "trained_model")
     assert lake.list_tags()[dataset["dataset_version"]] == dataset["dataset_commit"]
-    mlflow.set_tracking_uri(loop["resources"]["mlflow_tracking"].uri())
-    run = mlflow.get_run(model["mlflow_run_id"])
+    client = mlflow.MlflowClient(tracking_uri=loop["resources"]["mlflow_tracking"].uri())
+    run = client.get_run(model["mlflow_run_id"])
     assert run.data.params["dataset_commit"] == dataset["dataset_commit"]
     assert run.data.params["dataset_version"] == dataset["dataset_version"]
     assert run.data.tags["dagster_run_id"] == first.run_id
