@@ -6,24 +6,13 @@ run, so runs never conflict); these functions are the "whole fleet" table on top
 
 from __future__ import annotations
 
-import io
-
 import pandas as pd
 
-from aiinfra_pipelines.lake.io_manager import read_asset_partitions
+from aiinfra_pipelines.lake.io_manager import read_asset_partitions, read_parquet_prefix
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
 from .quarantine import QUARANTINE_PREFIX
-
-
-def _concat_parquet(lake: VersionedLake, ref: str, prefix: str) -> pd.DataFrame:
-    tables = [
-        pd.read_parquet(io.BytesIO(lake.get_object(ref, stat.key)))
-        for stat in lake.list_objects(ref, prefix=prefix)
-        if stat.key.endswith(".parquet")
-    ]
-    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
 def scene_index_view(lake: VersionedLake, ref: str = MAIN_BRANCH) -> pd.DataFrame:
@@ -33,4 +22,4 @@ def scene_index_view(lake: VersionedLake, ref: str = MAIN_BRANCH) -> pd.DataFram
 
 def quarantine_view(lake: VersionedLake, ref: str = MAIN_BRANCH) -> pd.DataFrame:
     """Every quarantine record at ``ref``."""
-    return _concat_parquet(lake, ref, QUARANTINE_PREFIX)
+    return read_parquet_prefix(lake, ref, QUARANTINE_PREFIX)

@@ -128,12 +128,16 @@ class LakeIOManager(dg.ConfigurableIOManager):
         )
 
 
-def read_asset_partitions(lake: VersionedLake, asset: str, ref: str) -> pd.DataFrame:
-    """Every stored Parquet partition of ``asset`` at ``ref``, concatenated (a combined view)."""
-    prefix = f"{DATA_PREFIX}/{asset}/"
+def read_parquet_prefix(lake: VersionedLake, ref: str, prefix: str) -> pd.DataFrame:
+    """Every Parquet object under ``prefix`` at ``ref``, concatenated (empty frame if none)."""
     tables = [
         pd.read_parquet(io.BytesIO(lake.get_object(ref, stat.key)))
         for stat in lake.list_objects(ref, prefix=prefix)
         if stat.key.endswith(".parquet")
     ]
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+def read_asset_partitions(lake: VersionedLake, asset: str, ref: str) -> pd.DataFrame:
+    """Every stored Parquet partition of ``asset`` at ``ref``, concatenated (a combined view)."""
+    return read_parquet_prefix(lake, ref, f"{DATA_PREFIX}/{asset}/")
