@@ -22,12 +22,13 @@ from aiinfra_pipelines.perception.deployed import load_deployed_engine
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
 from .engine_runner import run_engine_over_frames
-from .label_qc import label_agreement, qc_summary
+from .label_qc import held_back_frames, label_agreement, qc_summary
 from .rules import badcase_summary, mine_badcases
 from .settings import mining_config
 
 GROUP = "mining"
 EAGER = dg.AutomationCondition.eager()
+HELD_BACK_LISTED = 50  # rows of the held-back list shown in the UI; the table has them all
 
 
 @dg.asset(
@@ -55,10 +56,16 @@ def auto_labels(
         mining_config_version=str(mining_config()["version"]),
     )
     summary = qc_summary(qc)
+    held_back = held_back_frames(qc)[["log_id", "frame_index", "agreement", "reason"]]
     context.add_output_metadata(
         {
             "frames": len(labels),
             "held_back": int(labels["held_back"].sum()),
+            "held_back_frames": dg.MetadataValue.md(
+                held_back.head(HELD_BACK_LISTED).to_markdown(index=False)
+                if len(held_back)
+                else "none"
+            ),
             "mean_agreement": float(labels["agreement"].mean()) if len(labels) else 0.0,
             "qc": dg.MetadataValue.json(summary),
         }
