@@ -15,7 +15,7 @@ import pandas as pd
 
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.ingest.views import scene_index_view
-from aiinfra_pipelines.lake.io_manager import read_asset_partitions
+from aiinfra_pipelines.lake.io_manager import parquet_bytes, read_asset_partitions
 from aiinfra_pipelines.lake.layout import DATASETS_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects, root_run_id_of
@@ -40,12 +40,6 @@ REFERENCE_COLUMNS = [
     "frames_object",
     "source_commit",
 ]
-
-
-def _parquet(frame: pd.DataFrame) -> bytes:
-    buffer = io.BytesIO()
-    frame.to_parquet(buffer, index=False)
-    return buffer.getvalue()
 
 
 def _json(value: Any) -> bytes:
@@ -113,7 +107,7 @@ def benchmark_set(
         commit = publish_objects(
             lake,
             root_run_id_of(context.run),
-            {rows_key: _parquet(members), BENCHMARK_MANIFEST: _json(manifest)},
+            {rows_key: parquet_bytes(members), BENCHMARK_MANIFEST: _json(manifest)},
             f"benchmark set {manifest['version']}",
             {
                 "kind": "benchmark",
@@ -197,7 +191,7 @@ def training_dataset(
     commit = publish_objects(
         lake,
         root_run_id_of(context.run),
-        {rows_key: _parquet(dataset), manifest_key: _json(manifest)},
+        {rows_key: parquet_bytes(dataset), manifest_key: _json(manifest)},
         f"training dataset {version}",
         {"kind": "dataset", "version": version, "dagster_run_id": context.run.run_id},
     )
@@ -248,7 +242,7 @@ def calibration_set(context: dg.AssetExecutionContext, lake: VersionedLake) -> d
     commit = publish_objects(
         lake,
         root_run_id_of(context.run),
-        {key: _parquet(sample)},
+        {key: parquet_bytes(sample)},
         f"calibration set for {pointer['version']}",
         {"kind": "calibration", "dataset_version": pointer["version"]},
     )

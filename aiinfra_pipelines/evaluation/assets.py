@@ -22,7 +22,7 @@ from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, root_run_id_of
 from aiinfra_pipelines.lake.publish_asset import build_publish_asset
-from aiinfra_pipelines.perception.contract import images_to_input, perception_spec
+from aiinfra_pipelines.perception.contract import decode_images, images_to_input, perception_spec
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 from aiinfra_pipelines.training.assets import trained_model
 from aiinfra_pipelines.training.resources import MlflowTracking, mlflow_tracking_uri
@@ -40,9 +40,7 @@ def predict(network: Any, frames: pd.DataFrame, batch_size: int = 128):
     import torch
 
     spec = perception_spec()
-    images = np.frombuffer(b"".join(frames["image"]), dtype=np.uint8).reshape(
-        len(frames), spec.image_height, spec.image_width, 3
-    )
+    images = decode_images(list(frames["image"]), spec.image_height, spec.image_width)
     occupancy, gaps = [], []
     network = network.eval().cpu()
     with torch.inference_mode():

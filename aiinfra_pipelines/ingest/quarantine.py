@@ -7,13 +7,13 @@ operator can find, fix and re-run it.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pandas as pd
 
+from aiinfra_pipelines.lake.io_manager import parquet_bytes
 from aiinfra_pipelines.lake.port import VersionedLake
 
 from .partitions import LogLocation
@@ -54,8 +54,6 @@ def quarantine_record(
 def write_quarantine_record(lake: VersionedLake, branch: str, record: pd.DataFrame) -> str:
     """Stage the record on ``branch``; returns its key."""
     location = LogLocation(branch=record.at[0, "source_branch"], key=record.at[0, "log_key"])
-    buffer = io.BytesIO()
-    record.to_parquet(buffer, index=False)
     key = quarantine_key(location)
-    lake.put_object(branch, key, buffer.getvalue())
+    lake.put_object(branch, key, parquet_bytes(record))
     return key

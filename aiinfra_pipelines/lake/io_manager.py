@@ -32,12 +32,17 @@ def asset_object_base(asset_key: dg.AssetKey, partition_key: str | None) -> str:
     return f"{base}/{partition_key}"
 
 
+def parquet_bytes(frame: pd.DataFrame) -> bytes:
+    """A DataFrame as Parquet bytes: the one encoding every table in the lake uses."""
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
 def encode_output(obj: Any) -> tuple[str, bytes]:
     """Serialize an output; returns (extension, bytes)."""
     if isinstance(obj, pd.DataFrame):
-        buffer = io.BytesIO()
-        obj.to_parquet(buffer, index=False)
-        return ".parquet", buffer.getvalue()
+        return ".parquet", parquet_bytes(obj)
     if isinstance(obj, dict | list):
         return ".json", json.dumps(obj, sort_keys=True, default=str).encode()
     raise TypeError(
