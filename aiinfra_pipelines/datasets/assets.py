@@ -13,57 +13,31 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from aiinfra_pipelines.config import load_resource_yaml
-from aiinfra_pipelines.ingest.views import scene_index_view
-from aiinfra_pipelines.lake.io_manager import parquet_bytes, read_asset_partitions
+from aiinfra_pipelines.lake.io_manager import parquet_bytes
 from aiinfra_pipelines.lake.layout import DATASETS_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects, root_run_id_of
 from aiinfra_pipelines.mining.assets import auto_labels, mined_badcases
 
-from .benchmark import benchmark_log_ids, exclude_benchmark, freeze_benchmark
+from .benchmark import benchmark_log_ids, freeze_benchmark
 from .calibration import coverage_report, select_calibration_set
 from .manifest import build_manifest, next_dataset_version
+from .selection import (
+    BENCHMARK_MANIFEST,
+    TRAINING_LATEST,
+    configured_training_rows,
+    published_frames,
+    read_json_if_exists,
+    trained_logs,
+)
 from .settings import calibration_gates, dataset_settings
 from .split import split_by_log
 
 GROUP = "datasets"
-BENCHMARK_MANIFEST = f"{DATASETS_PREFIX}benchmark/manifest.json"
-TRAINING_LATEST = f"{DATASETS_PREFIX}training/latest.json"
-REFERENCE_COLUMNS = [
-    "log_id",
-    "frame_index",
-    "slice",
-    "lighting",
-    "weather",
-    "road_type",
-    "frames_object",
-    "source_commit",
-]
 
 
 def _json(value: Any) -> bytes:
     return json.dumps(value, indent=2, sort_keys=True, default=str).encode()
-
-
-def read_json_if_exists(lake: VersionedLake, key: str, ref: str = MAIN_BRANCH) -> Any | None:
-    return lake.get_json(ref, key) if lake.object_exists(ref, key) else None
-
-
-def published_frames(lake: VersionedLake) -> pd.DataFrame:
-    """Reference rows of every frame published to ``main`` by ingestion."""
-    index = scene_index_view(lake)
-    if index.empty:
-        raise ValueError("no published scene index on main: ingest drive logs first")
-    return index[REFERENCE_COLUMNS]
-
-
-def _trained_logs(lake: VersionedLake) -> set[str]:
-    latest = read_json_if_exists(lake, TRAINING_LATEST)
-    if latest is None:
-        return set()
-    manifest = lake.get_json(latest["commit"], latest["manifest_key"])
-    return {log for logs in manifest["logs"].values() for log in logs}
 
 
 class BenchmarkChange(dg.Config):
@@ -93,7 +67,7 @@ def benchmark_set(
         fraction=settings.benchmark_fraction,
         seed=settings.seed,
         min_logs_per_slice=settings.min_benchmark_logs_per_slice,
-        exclude_logs=_trained_logs(lake),
+        exclude_logs=trained_logs(lake),
         add_logs=config.add_logs,
         remove_logs=config.remove_logs,
         reason=config.reason or None,
@@ -128,40 +102,6 @@ def benchmark_set(
     )
 
 
-def _training_rows(
-    lake: VersionedLake, base_fraction: float, seed: int, exclude: dict[str, list[str]]
-) -> tuple[pd.DataFrame, dict]:
-    """Base frames (a share of ordinary ones) plus every accepted badcase, benchmark excluded."""
-    frames = published_frames(lake)
-    for condition, values in exclude.items():
-        frames = frames[~frames[condition].isin(values)]
-    benchmark = read_json_if_exists(lake, BENCHMARK_MANIFEST)
-    if benchmark is not None:
-        frames = exclude_benchmark(frames, benchmark)
-    labels = read_asset_partitions(lake, "auto_labels", MAIN_BRANCH)
-    held_back = (
-        labels.loc[labels["held_back"], ["log_id", "frame_index"]] if not labels.empty else labels
-    )
-    if not held_back.empty:
-        keys = pd.MultiIndex.from_frame(held_back[["log_id", "frame_index"]])
-        frames = frames[~pd.MultiIndex.from_frame(frames[["log_id", "frame_index"]]).isin(keys)]
-    badcases = read_asset_partitions(lake, "mined_badcases", MAIN_BRANCH)
-    is_badcase = pd.Series(False, index=frames.index)
-    if not badcases.empty:
-        keys = pd.MultiIndex.from_frame(badcases[["log_id", "frame_index"]])
-        is_badcase = pd.Series(
-            pd.MultiIndex.from_frame(frames[["log_id", "frame_index"]]).isin(keys),
-            index=frames.index,
-        )
-    ordinary = frames[~is_badcase].sample(frac=base_fraction, random_state=seed)
-    rows = pd.concat([frames[is_badcase].assign(badcase=True), ordinary.assign(badcase=False)])
-    qc = {
-        "frames_held_back": len(held_back),
-        "mean_agreement": float(labels["agreement"].mean()) if not labels.empty else None,
-    }
-    return rows.sort_values(["log_id", "frame_index"]).reset_index(drop=True), qc
-
-
 @dg.asset(group_name=GROUP, kinds={"lakefs", "pandas"}, deps=[benchmark_set, auto_labels])
 def training_dataset(
     context: dg.AssetExecutionContext, lake: VersionedLake
@@ -172,10 +112,7 @@ def training_dataset(
     points at it and every model trained on it records that commit.
     """
     settings = dataset_settings()
-    training = load_resource_yaml("datasets.yaml")["training"]
-    rows, qc = _training_rows(
-        lake, float(training["base_fraction"]), settings.seed, training.get("exclude") or {}
-    )
+    rows, qc = configured_training_rows(lake)
     if rows.empty:
         raise ValueError("no trainable frames: everything is benchmark or held back by label QC")
     dataset = split_by_log(rows, settings.val_fraction, settings.seed)

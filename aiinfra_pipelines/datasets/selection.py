@@ -1,0 +1,124 @@
+"""Which published frames a training dataset is made of — and what the next one would add.
+
+The dataset asset and the retraining sensor must agree exactly on this selection: the sensor
+asks "how many accepted badcases would the next dataset contain that the latest one does not",
+and if it counted frames the dataset then leaves out (benchmark logs, frames held back by label
+QC, excluded conditions) it would request retraining forever. So both call these functions.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pandas as pd
+
+from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.ingest.views import scene_index_view
+from aiinfra_pipelines.lake.io_manager import read_asset_partitions
+from aiinfra_pipelines.lake.layout import DATASETS_PREFIX
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+
+from .benchmark import exclude_benchmark
+from .settings import dataset_settings
+
+BENCHMARK_MANIFEST = f"{DATASETS_PREFIX}benchmark/manifest.json"
+TRAINING_LATEST = f"{DATASETS_PREFIX}training/latest.json"
+FRAME_KEY = ["log_id", "frame_index"]
+REFERENCE_COLUMNS = [
+    "log_id",
+    "frame_index",
+    "slice",
+    "lighting",
+    "weather",
+    "road_type",
+    "frames_object",
+    "source_commit",
+]
+
+
+def read_json_if_exists(lake: VersionedLake, key: str, ref: str = MAIN_BRANCH) -> Any | None:
+    return lake.get_json(ref, key) if lake.object_exists(ref, key) else None
+
+
+def published_frames(lake: VersionedLake) -> pd.DataFrame:
+    """Reference rows of every frame published to ``main`` by ingestion."""
+    index = scene_index_view(lake)
+    if index.empty:
+        raise ValueError("no published scene index on main: ingest drive logs first")
+    return index[REFERENCE_COLUMNS]
+
+
+def trained_logs(lake: VersionedLake) -> set[str]:
+    """Logs of the latest training dataset (they may never become benchmark members)."""
+    latest = read_json_if_exists(lake, TRAINING_LATEST)
+    if latest is None:
+        return set()
+    manifest = lake.get_json(latest["commit"], latest["manifest_key"])
+    return {log for logs in manifest["logs"].values() for log in logs}
+
+
+def _in(frames: pd.DataFrame, keys: pd.DataFrame) -> pd.Series:
+    """Row mask: the frame's (log_id, frame_index) is one of ``keys``."""
+    if keys.empty or frames.empty:
+        return pd.Series(False, index=frames.index)
+    wanted = pd.MultiIndex.from_frame(keys[FRAME_KEY])
+    return pd.Series(pd.MultiIndex.from_frame(frames[FRAME_KEY]).isin(wanted), index=frames.index)
+
+
+def training_rows(
+    lake: VersionedLake, base_fraction: float, seed: int, exclude: dict[str, list[str]]
+) -> tuple[pd.DataFrame, dict]:
+    """Base frames (a share of ordinary ones) plus every accepted badcase, benchmark excluded."""
+    frames = published_frames(lake)
+    for condition, values in exclude.items():
+        frames = frames[~frames[condition].isin(values)]
+    benchmark = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    if benchmark is not None:
+        frames = exclude_benchmark(frames, benchmark)
+    labels = read_asset_partitions(lake, "auto_labels", MAIN_BRANCH)
+    held_back = labels.loc[labels["held_back"], FRAME_KEY] if not labels.empty else labels
+    frames = frames[~_in(frames, held_back)]
+    badcases = read_asset_partitions(lake, "mined_badcases", MAIN_BRANCH)
+    is_badcase = _in(frames, badcases)
+    ordinary = frames[~is_badcase].sample(frac=base_fraction, random_state=seed)
+    rows = pd.concat([frames[is_badcase].assign(badcase=True), ordinary.assign(badcase=False)])
+    qc = {
+        "frames_held_back": len(held_back),
+        "mean_agreement": float(labels["agreement"].mean()) if not labels.empty else None,
+    }
+    return rows.sort_values(FRAME_KEY).reset_index(drop=True), qc
+
+
+def configured_training_rows(lake: VersionedLake) -> tuple[pd.DataFrame, dict]:
+    """``training_rows`` with the settings of ``resources/datasets.yaml``."""
+    training = load_resource_yaml("datasets.yaml")["training"]
+    return training_rows(
+        lake,
+        float(training["base_fraction"]),
+        dataset_settings().seed,
+        training.get("exclude") or {},
+    )
+
+
+def latest_training_rows(lake: VersionedLake) -> pd.DataFrame:
+    """The rows of the newest ``dataset-vNNNN`` (empty before the first dataset)."""
+    latest = read_json_if_exists(lake, TRAINING_LATEST)
+    if latest is None:
+        return pd.DataFrame(columns=[*FRAME_KEY, "badcase"])
+    return pd.read_parquet(io.BytesIO(lake.get_object(latest["commit"], latest["rows_key"])))
+
+
+def unseen_badcases(lake: VersionedLake) -> pd.DataFrame:
+    """Accepted badcase frames the next dataset would train on that the latest one lacks.
+
+    Accepted = mined, not held back by label QC, not benchmark, not an excluded condition:
+    exactly the badcases ``training_dataset`` would include. Empty before any ingestion.
+    """
+    if scene_index_view(lake).empty:
+        return pd.DataFrame(columns=REFERENCE_COLUMNS)
+    rows, _ = configured_training_rows(lake)
+    badcases = rows[rows["badcase"]]
+    seen = latest_training_rows(lake)
+    return badcases[~_in(badcases, seen)].reset_index(drop=True)

@@ -1,0 +1,105 @@
+"""``retraining_sensor``: enough new accepted badcases (or drift) start a training cycle.
+
+The run key is derived from *what* triggers the retraining — the exact set of unseen badcase
+frames, or the drift verdict's commit — so a repeated tick, a lost cursor or a restarted daemon
+asks for the same key and Dagster launches nothing twice. While a training cycle is queued or
+running the sensor waits: the running one already includes everything published before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import dagster as dg
+import pandas as pd
+
+from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.datasets.selection import FRAME_KEY, unseen_badcases
+from aiinfra_pipelines.lake.port import VersionedLake
+
+TRAINING_JOB = "training_cycle"
+TRIGGER_TAG = "aiinfra/trigger"
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+@dataclass(frozen=True)
+class RetrainingDecision:
+    retrain: bool
+    reason: str
+    run_key: str = ""
+
+
+def retraining_settings() -> dict:
+    return load_resource_yaml("loop.yaml")["retraining"]
+
+
+def badcase_fingerprint(badcases: pd.DataFrame) -> str:
+    """A stable id of a set of frames: the same frames give the same id in any order."""
+    keys = sorted(f"{log}#{int(index)}" for log, index in badcases[FRAME_KEY].itertuples(False))
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+
+
+def decide_retraining(
+    unseen: pd.DataFrame, drift: dict | None, settings: dict
+) -> RetrainingDecision:
+    """Whether to retrain now, why, and under which run key (pure: the sensor's whole logic)."""
+    threshold = int(settings["min_unseen_badcases"])
+    if len(unseen) >= threshold:
+        return RetrainingDecision(
+            True,
+            f"{len(unseen)} unseen accepted badcases (threshold {threshold})",
+            f"retrain-badcases-{badcase_fingerprint(unseen)}",
+        )
+    if settings.get("on_drift") and drift and drift.get("drifted"):
+        return RetrainingDecision(
+            True,
+            f"input drift detected ({', '.join(drift.get('signals', [])) or 'see drift_monitor'})",
+            f"retrain-drift-{drift['id']}",
+        )
+    return RetrainingDecision(
+        False, f"{len(unseen)} unseen accepted badcases, below {threshold}; no drift"
+    )
+
+
+def latest_drift_verdict(lake: VersionedLake) -> dict | None:
+    """The newest drift_monitor verdict on main, if the operations layer has published one."""
+    # TODO(lead): wire to the operations layer's drift record once it lands.
+    return None
+
+
+@dg.sensor(
+    name="retraining_sensor",
+    job_name=TRAINING_JOB,
+    minimum_interval_seconds=int(retraining_settings()["interval_s"]),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Starts a training cycle when enough unseen accepted badcases (or drift) exist.",
+)
+def retraining_sensor(
+    context: dg.SensorEvaluationContext, lake: VersionedLake
+) -> dg.SensorResult | dg.SkipReason:
+    in_flight = context.instance.get_runs(
+        filters=dg.RunsFilter(job_name=TRAINING_JOB, statuses=IN_FLIGHT), limit=1
+    )
+    if in_flight:
+        return dg.SkipReason(f"training cycle {in_flight[0].run_id} is still in flight")
+    decision = decide_retraining(
+        unseen_badcases(lake), latest_drift_verdict(lake), retraining_settings()
+    )
+    if not decision.retrain:
+        return dg.SkipReason(decision.reason)
+    context.log.info(f"requesting {TRAINING_JOB}: {decision.reason}")
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(
+                run_key=decision.run_key,
+                tags={TRIGGER_TAG: decision.reason[:200], "aiinfra/resource": "gpu"},
+            )
+        ],
+        cursor=decision.run_key,
+    )

@@ -1,0 +1,133 @@
+"""``retraining_sensor`` against a real lake state: ingested and mined logs, then a dataset."""
+
+from __future__ import annotations
+
+import shutil
+
+import dagster as dg
+import pandas as pd
+import pytest
+import yaml
+
+from aiinfra_pipelines.config import resources_dir
+from aiinfra_pipelines.datasets.selection import unseen_badcases
+from aiinfra_pipelines.lake.local import LocalLake
+from aiinfra_pipelines.logs.synthetic import make_synthetic_log
+from aiinfra_pipelines.sensors.retrain_sensor import (
+    TRAINING_JOB,
+    decide_retraining,
+    retraining_sensor,
+)
+from aiinfra_pipelines.training.resources import MlflowTracking
+from aiinfra_pipelines_tests.loop.helpers import (
+    all_assets_and_checks,
+    ingest_and_mine,
+    loop_resources,
+)
+
+THRESHOLD = 5
+
+
+def _low_threshold_resources(folder) -> str:
+    """A resources copy whose retraining threshold a few synthetic logs can reach."""
+    shutil.copytree(resources_dir(), folder)
+    loop = yaml.safe_load((folder / "loop.yaml").read_text())
+    loop["retraining"]["min_unseen_badcases"] = THRESHOLD
+    (folder / "loop.yaml").write_text(yaml.safe_dump(loop))
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def module_env(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("retrain")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIINFRA_RESOURCES", _low_threshold_resources(workdir / "resources"))
+        patch.setenv("DAGSTER_HOME", str(workdir))
+        yield workdir
+
+
+@pytest.fixture
+def low_threshold(module_env):
+    return module_env
+
+
+@pytest.fixture(scope="module")
+def mined_instance(module_env):
+    home = module_env / "home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        yield instance
+
+
+@pytest.fixture(scope="module")
+def mined(module_env, mined_instance):
+    """Three synthetic logs ingested and mined by model zero (every frame is a badcase)."""
+    lake = LocalLake(root=str(module_env / "lake"))
+    lake.ensure_repository()
+    resources = loop_resources(lake, module_env)
+    logs = [
+        make_synthetic_log(n_frames=12, seed=seed, image_height=64, image_width=160)
+        for seed in (1, 2, 3)
+    ]
+    ingest_and_mine(mined_instance, resources, "retrain", logs)
+    return lake, resources
+
+
+def _tick(instance, lake, cursor=None):
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"lake": lake})
+    return retraining_sensor(context)
+
+
+def test_no_data_means_no_training(instance, local_lake, low_threshold):
+    result = _tick(instance, local_lake)
+    assert isinstance(result, dg.SkipReason)
+    assert "0 unseen" in result.skip_message
+
+
+def test_unseen_badcases_request_one_training_cycle_with_a_stable_key(mined_instance, mined):
+    instance = mined_instance
+    lake, _ = mined
+    unseen = unseen_badcases(lake)
+    assert len(unseen) >= THRESHOLD
+    first = _tick(instance, lake)
+    (request,) = first.run_requests
+    assert request.run_key.startswith("retrain-badcases-")
+    assert "unseen accepted badcases" in request.tags["aiinfra/trigger"]
+    # A repeated tick (or one after a daemon restart, cursor lost) asks for the same key, which
+    # the daemon deduplicates: no second training run.
+    assert _tick(instance, lake, cursor=first.cursor).run_requests[0].run_key == request.run_key
+    assert _tick(instance, lake).run_requests[0].run_key == request.run_key
+
+
+def test_waits_while_a_training_cycle_is_in_flight(instance, mined):
+    lake, _ = mined
+    instance.add_run(dg.DagsterRun(job_name=TRAINING_JOB, status=dg.DagsterRunStatus.STARTED))
+    result = _tick(instance, lake)
+    assert isinstance(result, dg.SkipReason)
+    assert "in flight" in result.skip_message
+
+
+def test_decision_rules():
+    settings = {"min_unseen_badcases": 3, "on_drift": True}
+    empty = pd.DataFrame(columns=["log_id", "frame_index"])
+    assert not decide_retraining(empty, None, settings).retrain
+    drift = {"drifted": True, "id": "abc", "signals": ["confidence"]}
+    decision = decide_retraining(empty, drift, settings)
+    assert decision.retrain and decision.run_key == "retrain-drift-abc"
+    assert not decide_retraining(empty, drift, {**settings, "on_drift": False}).retrain
+
+
+def test_a_new_dataset_absorbs_the_badcases_and_the_sensor_goes_quiet(mined_instance, mined):
+    """Runs last in this module: it consumes the unseen badcases the tests above rely on."""
+    instance = mined_instance
+    lake, resources = mined
+    assert len(unseen_badcases(lake)) >= THRESHOLD
+    result = dg.materialize(
+        all_assets_and_checks(),
+        selection=dg.AssetSelection.assets("benchmark_set", "training_dataset"),
+        instance=instance,
+        resources={**resources, "mlflow_tracking": MlflowTracking()},
+    )
+    assert result.success
+    assert unseen_badcases(lake).empty
+    assert isinstance(_tick(instance, lake), dg.SkipReason)
