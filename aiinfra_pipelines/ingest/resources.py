@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dagster as dg
+from pydantic import Field
 
 from aiinfra_pipelines.config import dagster_home, load_resource_yaml
 from aiinfra_pipelines.logs.anonymize import load_or_create_dev_key
@@ -18,7 +19,8 @@ class AnonymizationKey(dg.ConfigurableResource):
     is git-ignored so no key is ever committed.
     """
 
-    key_hex: str = ""
+    # Never shown by repr()/str(): a resource's repr ends up in logs and error messages.
+    key_hex: str = Field(default="", repr=False)
     # Shared environments must never fall back to a per-machine dev key: pseudonyms would stop
     # matching across workers and the key would vanish with the pod.
     require_key: bool = False

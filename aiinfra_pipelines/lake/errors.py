@@ -61,3 +61,15 @@ class NothingToCommitError(LakeError):
 
 class ConcurrentUpdateError(LakeError):
     """A branch head kept moving under a concurrent writer and the operation gave up retrying."""
+
+
+class LakeUnavailableError(LakeError):
+    """The lake did not answer usefully: server errors (5xx), timeouts or connection failures
+    that persisted through every configured retry. Transient by nature: the same call may
+    succeed later, so a Dagster ``RetryPolicy`` or a run retry is the right response; the
+    message says whether a write may have been applied (an unanswered POST)."""
+
+
+class LakeAuthError(LakeError, PermissionError):
+    """The lake refused the credentials (401) or the permission (403). Never retried: the
+    configuration or the access policy must change. Messages never include the secret."""

@@ -14,6 +14,17 @@ lakeFS facts this adapter relies on (checked against the lakeFS server source):
   a merge conflict is 409 without the conflicting paths, so we recompute them from diffs.
 * A merge into a branch with uncommitted changes fails (dirty branch); we check first to raise
   a clear ``LakeError``.
+
+Production concerns (issue 7):
+
+* Every HTTP request of the SDK goes through ``lakefs_transport.RetryingPoolManager``: finite
+  connect/read timeouts and ``RetryPolicy`` (exponential backoff, full jitter) on 5xx,
+  timeouts and connection errors, never on 4xx. Exhausted retries raise
+  ``LakeUnavailableError``; 401/403 raise ``LakeAuthError``.
+* ``object_io="s3_gateway"`` moves object bytes (``put_object``/``get_object``) to lakeFS's S3
+  gateway (``s3_gateway.S3Gateway``: bucket = repository, key = ``<ref>/<path>``, multipart
+  above a threshold); metadata calls (stat, list, diff, commit, ...) stay on the API.
+* Credentials are never part of ``repr``, messages or logs.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import lakefs
@@ -31,12 +42,15 @@ from lakefs import exceptions as lakefs_exc
 from lakefs.exceptions import api_exception_handler
 from lakefs.models import Change, ObjectInfo
 from lakefs.reference import generate_listing
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
+from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
 from aiinfra_pipelines.lake.errors import (
     BranchExistsError,
     ConcurrentUpdateError,
+    LakeAuthError,
     LakeError,
+    LakeUnavailableError,
     MergeConflictError,
     NotFoundError,
     NothingToCommitError,
@@ -48,6 +62,8 @@ from aiinfra_pipelines.lake.keys import (
     validate_prefix,
     validate_tag_name,
 )
+from aiinfra_pipelines.lake.lakefs_transport import ServerError
+from aiinfra_pipelines.lake.lakefs_transport import install as install_transport
 from aiinfra_pipelines.lake.port import (
     DEFAULT_BRANCH,
     BranchInfo,
@@ -57,8 +73,16 @@ from aiinfra_pipelines.lake.port import (
     VersionedLake,
     check_metadata,
 )
+from aiinfra_pipelines.lake.retry import RetryPolicy, attempts_made
+
+if TYPE_CHECKING:
+    from aiinfra_pipelines.lake.s3_gateway import S3Gateway
 
 _DIFF_TYPES = ("added", "removed", "changed")
+OBJECT_IO_MODES = ("api", "s3_gateway")
+_API_SUFFIX = "/api/v1"
+_TRANSFER_KEYS = frozenset({"multipart_threshold_mb", "multipart_part_mb", "multipart_concurrency"})
+_TIMEOUT_KEYS = frozenset({"connect_s", "read_s"})
 
 
 def _resolve_config(value: str) -> str:
@@ -101,14 +125,38 @@ def _translate(what: str) -> Iterator[None]:
         yield
     except LakeError:
         raise
+    except ServerError as exc:
+        raise LakeUnavailableError(
+            f"{what}: lakeFS answered HTTP {exc.status} ({exc.message}) after {exc.attempts} "
+            f"attempt(s){_unknown_outcome(exc.method, exc.status)}"
+        ) from exc
+    except Urllib3HTTPError as exc:  # connection refused, DNS, timeouts, dropped connections
+        attempts = attempts_made(exc) or 1
+        raise LakeUnavailableError(
+            f"{what}: lakeFS unreachable after {attempts} attempt(s): {type(exc).__name__}: {exc}"
+        ) from exc
     except lakefs_exc.NotFoundException as exc:
         raise NotFoundError(f"{what}: not found ({_message(exc)})") from exc
     except lakefs_exc.LakeFSException as exc:
+        if _status(exc) in (401, 403):
+            raise LakeAuthError(
+                f"{what}: lakeFS refused the credentials or permission "
+                f"(HTTP {_status(exc)}): {_message(exc)}"
+            ) from exc
         raise LakeError(f"{what}: {_message(exc)}") from exc
     except lakefs_sdk.ApiException as exc:  # calls the wrapper does not translate (presign)
         if exc.status == 404:
             raise NotFoundError(f"{what}: not found ({_message(exc)})") from exc
+        if exc.status in (401, 403):
+            raise LakeAuthError(f"{what}: HTTP {exc.status}: {_message(exc)}") from exc
         raise LakeError(f"{what}: HTTP {exc.status}: {_message(exc)}") from exc
+
+
+def _unknown_outcome(method: str, status: int) -> str:
+    """A hint when a write may have been applied although it failed (see ``retry``)."""
+    if method == "POST" and status not in (502, 503):
+        return "; a POST is not repeated after this status, it may have been applied: check"
+    return ""
 
 
 def _diff_entries(changes: Iterator[Change]) -> list[DiffEntry]:
@@ -130,6 +178,14 @@ def _commit_info(commit: lakefs.Commit) -> CommitInfo:
     )
 
 
+def _gateway_from_api_endpoint(endpoint: str) -> str:
+    """lakeFS serves its S3 gateway on the API's host and port, at the root path."""
+    endpoint = endpoint.rstrip("/")
+    if endpoint.endswith(_API_SUFFIX):
+        endpoint = endpoint[: -len(_API_SUFFIX)]
+    return endpoint
+
+
 class LakeFSLake(VersionedLake):
     """``VersionedLake`` on a lakeFS server.
 
@@ -139,23 +195,134 @@ class LakeFSLake(VersionedLake):
     """
 
     endpoint: str
-    access_key_id: str
-    secret_access_key: str
+    access_key_id: str = Field(repr=False)
+    secret_access_key: str = Field(repr=False)
     storage_namespace: str = ""
+    # "api": object bytes through the lakeFS REST API; "s3_gateway": through lakeFS's S3 gateway.
+    object_io: str = "api"
+    # The S3 gateway's URL; empty = the API endpoint's scheme://host:port (lakeFS's default).
+    s3_gateway_endpoint: str = ""
+    s3_region: str = "us-east-1"
+    multipart_threshold_mb: int = 64
+    multipart_part_mb: int = 16
+    multipart_concurrency: int = 4
+    retry_max_attempts: int = 5
+    retry_initial_backoff_s: float = 0.5
+    retry_max_backoff_s: float = 20.0
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 120.0
 
     _client: Any = PrivateAttr(default=None)
+    _gateway: Any = PrivateAttr(default=None)
 
     # ============================================================================ plumbing
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any]) -> LakeFSLake:
+        """The adapter an environment's ``lake:`` section describes (``adapter: lakefs``).
+
+        Endpoint and credentials are ``dg.EnvVar``s (``LAKEFS_ENDPOINT``,
+        ``LAKEFS_ACCESS_KEY_ID``, ``LAKEFS_SECRET_ACCESS_KEY``), resolved only when a run uses
+        the resource, so building it contacts nothing and needs no secret. An unknown key in
+        ``transfer``/``retry``/``timeouts`` is refused (a typo must not silently fall back).
+        """
+        transfer = dict(settings.get("transfer") or {})
+        retry = RetryPolicy.from_settings(settings.get("retry"))
+        timeouts = dict(settings.get("timeouts") or {})
+        for section, given, known in (
+            ("transfer", transfer, _TRANSFER_KEYS),
+            ("timeouts", timeouts, _TIMEOUT_KEYS),
+        ):
+            unknown = sorted(set(given) - known)
+            if unknown:
+                raise ValueError(f"unknown lake.{section} setting(s) {unknown}")
+        defaults = cls.model_fields
+        return cls(
+            repository=settings["repository"],
+            endpoint=dg.EnvVar("LAKEFS_ENDPOINT"),
+            access_key_id=dg.EnvVar("LAKEFS_ACCESS_KEY_ID"),
+            secret_access_key=dg.EnvVar("LAKEFS_SECRET_ACCESS_KEY"),
+            storage_namespace=settings.get("storage_namespace", ""),
+            object_io=settings.get("object_io", defaults["object_io"].default),
+            s3_gateway_endpoint=settings.get("s3_gateway_endpoint") or "",
+            s3_region=settings.get("s3_region", defaults["s3_region"].default),
+            multipart_threshold_mb=transfer.get(
+                "multipart_threshold_mb", defaults["multipart_threshold_mb"].default
+            ),
+            multipart_part_mb=transfer.get(
+                "multipart_part_mb", defaults["multipart_part_mb"].default
+            ),
+            multipart_concurrency=transfer.get(
+                "multipart_concurrency", defaults["multipart_concurrency"].default
+            ),
+            retry_max_attempts=retry.max_attempts,
+            retry_initial_backoff_s=retry.initial_backoff_s,
+            retry_max_backoff_s=retry.max_backoff_s,
+            connect_timeout_s=timeouts.get("connect_s", defaults["connect_timeout_s"].default),
+            read_timeout_s=timeouts.get("read_s", defaults["read_timeout_s"].default),
+        )
+
+    def retry_policy(self) -> RetryPolicy:
+        """The configured ``RetryPolicy`` (validated: a bad value fails at first use)."""
+        return RetryPolicy(
+            max_attempts=self.retry_max_attempts,
+            initial_backoff_s=self.retry_initial_backoff_s,
+            max_backoff_s=self.retry_max_backoff_s,
+        )
+
     @property
     def client(self) -> lakefs.Client:
-        """The ``lakefs.Client`` for this server (created on first use)."""
+        """The ``lakefs.Client`` for this server (created on first use), its HTTP transport
+        replaced by one with timeouts and the retry policy."""
         if self._client is None:
-            self._client = lakefs.Client(
-                host=_resolve_config(self.endpoint),
+            endpoint = _resolve_config(self.endpoint)
+            if not endpoint:
+                raise LakeError(
+                    "LakeFSLake has no endpoint: set LAKEFS_ENDPOINT (e.g. https://lakefs:8000)"
+                )
+            client = lakefs.Client(
+                host=endpoint,
                 username=_resolve_config(self.access_key_id),
                 password=_resolve_config(self.secret_access_key),
             )
+            install_transport(
+                client.sdk_client._api,
+                self.retry_policy(),
+                connect_timeout_s=self.connect_timeout_s,
+                read_timeout_s=self.read_timeout_s,
+            )
+            self._client = client
         return self._client
+
+    def gateway(self) -> S3Gateway:
+        """The S3 gateway client (bucket = repository, key = ``<ref>/<path>``), created lazily."""
+        if self._gateway is None:
+            from aiinfra_pipelines.lake.s3_gateway import MIB, S3Gateway, TransferSettings
+
+            endpoint = _resolve_config(self.s3_gateway_endpoint) or _gateway_from_api_endpoint(
+                _resolve_config(self.endpoint)
+            )
+            self._gateway = S3Gateway(
+                endpoint,
+                _resolve_config(self.access_key_id),
+                _resolve_config(self.secret_access_key),
+                region=self.s3_region,
+                policy=self.retry_policy(),
+                transfer=TransferSettings(
+                    multipart_threshold_bytes=self.multipart_threshold_mb * MIB,
+                    part_size_bytes=self.multipart_part_mb * MIB,
+                    max_concurrency=self.multipart_concurrency,
+                    connect_timeout_s=self.connect_timeout_s,
+                    read_timeout_s=self.read_timeout_s,
+                ),
+            )
+        return self._gateway
+
+    def _via_gateway(self) -> bool:
+        if self.object_io not in OBJECT_IO_MODES:
+            raise LakeError(
+                f"LakeFSLake.object_io={self.object_io!r}: expected one of {OBJECT_IO_MODES}"
+            )
+        return self.object_io == "s3_gateway"
 
     def _repo(self) -> lakefs.Repository:
         return lakefs.Repository(self.repository, client=self.client)
@@ -241,13 +408,19 @@ class LakeFSLake(VersionedLake):
             raise TypeError(f"put_object needs bytes, got {type(data).__name__}")
         obj = self._repo().branch(branch).object(key)
         with _translate(f"put {self._where(branch, key)}"):
-            obj.upload(bytes(data), mode="wb")
-            info = obj.stat()
+            if self._via_gateway():
+                self.gateway().put(self.repository, f"{branch}/{key}", bytes(data))
+            else:
+                obj.upload(bytes(data), mode="wb")
+            info = obj.stat()  # lakeFS's checksum, so put and stat_object always agree
         return ObjectStat(key=key, size=int(info.size_bytes or len(data)), checksum=info.checksum)
 
     def get_object(self, ref: str, key: str) -> bytes:
         """See ``VersionedLake.get_object``."""
         validate_key(key)
+        if self._via_gateway():
+            with _translate(f"get {self._where(ref, key)}"):
+                return self.gateway().get(self.repository, f"{ref}/{key}")
         obj = self._repo().ref(ref).object(key)
         with _translate(f"get {self._where(ref, key)}"), obj.reader(mode="rb") as reader:
             data = reader.read()
