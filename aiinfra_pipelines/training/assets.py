@@ -47,13 +47,19 @@ def trained_model(
     the process was killed resumes from the last epoch instead of starting over.
     """
     # Imported here: Lightning and MLflow cost seconds, and every run process loads this module.
-    from .train import train_perception_model
+    from .train import register_model_version, train_perception_model
 
     pointer = read_json_if_exists(lake, TRAINING_LATEST)
     if pointer is None:
         raise ValueError("no training dataset on main: materialize training_dataset first")
     rows = pd.read_parquet(io.BytesIO(lake.get_object(pointer["commit"], pointer["rows_key"])))
     frames = load_frames(lake, rows, pointer["commit"])
+    lineage = {
+        "dataset_version": pointer["version"],
+        "dataset_commit": pointer["commit"],
+        "code_version": code_version(),
+        "dagster_run_id": context.run.run_id,
+    }
     result = train_perception_model(
         frames[frames["split"] == "train"],
         frames[frames["split"] == "val"],
@@ -61,16 +67,19 @@ def trained_model(
         mlflow_tracking_uri=mlflow_tracking.uri(),
         experiment=mlflow_tracking.experiment,
         run_tags={"dagster_run_id": context.run.run_id, "dataset_version": pointer["version"]},
-        params={
-            "dataset_version": pointer["version"],
-            "dataset_commit": pointer["commit"],
-            "code_version": code_version(),
-            "dagster_run_id": context.run.run_id,
-        },
+        params=lineage,
+    )
+    registered = register_model_version(
+        mlflow_tracking.uri(),
+        result.model_uri,
+        result.mlflow_run_id,
+        tags={**lineage, "mlflow_run_id": result.mlflow_run_id},
     )
     metrics = {name: round(float(value), 4) for name, value in result.metrics.items()}
     context.add_output_metadata(
         {
+            "registered_model": registered.registered_model,
+            "model_version": registered.version,
             "mlflow_run_id": result.mlflow_run_id,
             "dataset_version": pointer["version"],
             "dataset_commit": pointer["commit"],
@@ -82,10 +91,13 @@ def trained_model(
         }
     )
     return {
+        "registered_model": registered.registered_model,
+        "model_version": registered.version,
         "mlflow_run_id": result.mlflow_run_id,
         "model_uri": result.model_uri,
         "dataset_version": pointer["version"],
         "dataset_commit": pointer["commit"],
+        "code_version": lineage["code_version"],
         "epochs": result.epochs_completed,
         "metrics": metrics,
     }

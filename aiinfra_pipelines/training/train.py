@@ -391,6 +391,48 @@ def _record_outcome(
     return existing or _log_model(network, name, section["serialization_format"])
 
 
+@dataclass(frozen=True)
+class RegisteredVersion:
+    """A model version in the MLflow Model Registry: the candidate's identity downstream."""
+
+    registered_model: str
+    version: str
+
+
+def register_model_version(
+    tracking_uri: str,
+    model_uri: str,
+    mlflow_run_id: str,
+    tags: Mapping[str, str],
+    config: Mapping[str, Any] | None = None,
+) -> RegisteredVersion:
+    """Register the run's model as a version of ``mlflow.registered_model`` and alias it.
+
+    One MLflow run is one version: a re-executed asset whose training resumed an already
+    finished run finds the version registered before instead of minting a second candidate.
+    ``tags`` (dataset commit, code version, Dagster run, ...) are (re)set on the version, and the
+    ``mlflow.candidate_alias`` alias is moved to it.
+    """
+    section = load_training_config(config)["mlflow"]
+    name = str(section["registered_model"])
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        with contextlib.suppress(MlflowException):  # created concurrently by another process
+            client.create_registered_model(name)
+    existing = client.search_model_versions(f"name = '{name}' and run_id = '{mlflow_run_id}'")
+    if existing:
+        version = str(min(int(found.version) for found in existing))
+    else:
+        with tracking_uri_scope(tracking_uri):
+            version = str(mlflow.register_model(model_uri, name, tags=dict(tags)).version)
+    for key, value in tags.items():
+        client.set_model_version_tag(name, version, key, str(value))
+    client.set_registered_model_alias(name, str(section["candidate_alias"]), version)
+    return RegisteredVersion(registered_model=name, version=version)
+
+
 # -- evaluation ------------------------------------------------------------------------------
 
 

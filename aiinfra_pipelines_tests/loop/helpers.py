@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from aiinfra_pipelines.datasets import definitions as dataset_layer
+from aiinfra_pipelines.deployment import definitions as deployment_layer
 from aiinfra_pipelines.evaluation import definitions as evaluation_layer
 from aiinfra_pipelines.ingest import definitions as ingest_layer
 from aiinfra_pipelines.ingest.partitions import drive_log_partitions
@@ -22,6 +23,8 @@ from aiinfra_pipelines_tests.ingest.helpers import land
 
 PER_LOG_GROUPS = ("ingest", "mining")
 MODEL_GROUPS = ("datasets", "training", "evaluation")
+# Kept apart from MODEL_GROUPS: the training-cycle tests count that run's asset checks.
+DEPLOYMENT_GROUPS = ("deployment",)
 
 
 def loop_resources(lake: LocalLake, workdir: Path) -> dict:
@@ -38,7 +41,14 @@ def loop_resources(lake: LocalLake, workdir: Path) -> dict:
 
 def all_assets_and_checks() -> list:
     """Every layer's assets and checks, unbound (the test supplies the resources)."""
-    layers = [ingest_layer, mining_layer, dataset_layer, training_layer, evaluation_layer]
+    layers = [
+        ingest_layer,
+        mining_layer,
+        dataset_layer,
+        training_layer,
+        evaluation_layer,
+        deployment_layer,
+    ]
     return [
         item for layer in layers for item in [*layer.defs.assets, *(layer.defs.asset_checks or [])]
     ]
@@ -70,6 +80,19 @@ def run_training_cycle(
     return dg.materialize(
         all_assets_and_checks(),
         selection=dg.AssetSelection.groups(*MODEL_GROUPS),
+        instance=instance,
+        resources=resources,
+        raise_on_error=raise_on_error,
+    )
+
+
+def run_deployment(
+    instance: dg.DagsterInstance, resources: dict, raise_on_error: bool = True
+) -> dg.ExecuteInProcessResult:
+    """The deployment group on the published candidate (what ``training_cycle`` runs last)."""
+    return dg.materialize(
+        all_assets_and_checks(),
+        selection=dg.AssetSelection.groups(*DEPLOYMENT_GROUPS),
         instance=instance,
         resources=resources,
         raise_on_error=raise_on_error,

@@ -1,0 +1,223 @@
+"""The deployment group through ``dg.materialize`` on a real lake state.
+
+One fleet batch is driven, ingested, mined and trained on (a short training: this tests the
+deployment, not the learning), then the deployment group runs twice: first with a parity budget
+no engine can meet (a tightened gates.yaml under ``AIINFRA_RESOURCES``), which must leave
+``main`` without the candidate, then with the project's gates, which must publish it. Slow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+
+import dagster as dg
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from aiinfra_pipelines.config import resources_dir
+from aiinfra_pipelines.datasets.assets import BENCHMARK_MANIFEST
+from aiinfra_pipelines.datasets.loading import load_frames
+from aiinfra_pipelines.deployment.candidate import LATEST_KEY, manifest_key
+from aiinfra_pipelines.deployment.frames import labelled_frames
+from aiinfra_pipelines.fleet.simulator import drive_fleet
+from aiinfra_pipelines.lake.local import LocalLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.perception.contract import perception_spec
+from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
+from aiinfra_pipelines_tests.loop.helpers import (
+    ingest_and_mine,
+    loop_resources,
+    run_deployment,
+    run_training_cycle,
+)
+
+pytestmark = pytest.mark.slow
+
+CANDIDATE_FILES = ("fp32.onnx", "fp16.onnx", "int8.onnx", "manifest.json")
+REPORTS = ("offline_eval", "engine_parity", "engine_benchmark")
+
+
+def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
+    for event in result.get_asset_materialization_events():
+        if event.asset_key.path == [asset]:
+            return {k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()}
+    return {}
+
+
+def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
+    return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+
+
+def _resources_copy(target, edit) -> None:
+    """A copy of resources/ with ``edit(name, mapping)`` applied to its YAML files."""
+    shutil.copytree(resources_dir(), target, dirs_exist_ok=True)
+    for name in ("training.yaml", "gates.yaml"):
+        path = target / name
+        loaded = yaml.safe_load(path.read_text())
+        edit(name, loaded)
+        path.write_text(yaml.safe_dump(loaded, sort_keys=False))
+
+
+def _short_training(name: str, config: dict) -> None:
+    if name == "training.yaml":
+        config["max_epochs"] = 3
+        config["data"]["num_workers"] = 0
+
+
+def _zero_tolerance_parity(name: str, config: dict) -> None:
+    _short_training(name, config)
+    if name == "gates.yaml":
+        # Not a single metre of lead-gap difference from FP32: no reduced-precision engine can.
+        config["deployment"]["parity"]["budgets"]["lead_gap_diff_m"] = 0.0
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("deploy")
+    (workdir / "home").mkdir()
+    lake = LocalLake(root=str(workdir / "lake"))
+    lake.ensure_repository()
+    resources = loop_resources(lake, workdir)
+    short, strict = workdir / "resources-short", workdir / "resources-strict"
+    _resources_copy(short, _short_training)
+    _resources_copy(strict, _zero_tolerance_parity)
+    with (
+        dg.instance_for_test(temp_dir=str(workdir / "home")) as instance,
+        pytest.MonkeyPatch.context() as env,
+    ):
+        env.setenv("AIINFRA_RESOURCES", str(short))
+        # Eight logs that cover every lighting, weather and road type, two slices with two logs
+        # (so the benchmark holds frames the model never trained on): the smallest real lake
+        # state the calibration and benchmark sets accept.
+        ingest_and_mine(instance, resources, "deploy", drive_fleet(4, 2, seed=36))
+        training = run_training_cycle(instance, resources)
+        assert training.success
+        env.setenv("AIINFRA_RESOURCES", str(strict))
+        refused = run_deployment(instance, resources, raise_on_error=False)
+        candidates_after_refusal = sorted(
+            stat.key for stat in lake.list_objects(MAIN_BRANCH, prefix="candidates/")
+        )
+        env.setenv("AIINFRA_RESOURCES", str(short))
+        published = run_deployment(instance, resources)
+        yield {
+            "lake": lake,
+            "resources": resources,
+            "training": training,
+            "refused": refused,
+            "candidates_after_refusal": candidates_after_refusal,
+            "published": published,
+            "version": _metadata(training, "trained_model")["model_version"],
+        }
+
+
+def test_a_parity_breach_blocks_the_publish_and_main_never_sees_the_candidate(deployed):
+    refused = deployed["refused"]
+    assert not refused.success
+    checks = _checks(refused)
+    assert checks["engine_parity_within_budget"] is False
+    evaluation = next(
+        e
+        for e in refused.get_asset_check_evaluations()
+        if e.check_name == "engine_parity_within_budget"
+    )
+    failures = evaluation.metadata["failures"].value
+    assert failures and all("lead_gap_diff_m" in failure for failure in failures), failures
+    assert _metadata(refused, "published_engine") == {}
+    assert deployed["candidates_after_refusal"] == []
+
+
+def test_the_published_candidate_is_on_main_as_docs_loop_specifies(deployed):
+    lake, version = deployed["lake"], deployed["version"]
+    published = deployed["published"]
+    assert published.success and all(_checks(published).values())
+    assert lake.get_json(MAIN_BRANCH, LATEST_KEY)["model_version"] == version
+    manifest = lake.get_json(MAIN_BRANCH, manifest_key(version))
+    for name in CANDIDATE_FILES:
+        assert lake.object_exists(MAIN_BRANCH, f"candidates/{version}/{name}")
+    training = _metadata(deployed["training"], "trained_model")
+    assert manifest["model_version"] == version and manifest["registered_model"] == "perception"
+    assert manifest["mlflow_run_id"] == training["mlflow_run_id"]
+    assert manifest["dataset_commit"] == training["dataset_commit"]
+    for precision, entry in manifest["engines"].items():
+        stored = lake.get_object(MAIN_BRANCH, entry["key"])
+        assert entry["key"] == f"candidates/{version}/{precision}.onnx"
+        assert (
+            hashlib.sha256(stored).hexdigest() == entry["sha256"] and len(stored) == entry["bytes"]
+        )
+    assert manifest["onnx"]["sha256"] == manifest["engines"]["fp32"]["sha256"]
+    assert manifest["ship"] == {
+        "precision": "int8",
+        "key": f"candidates/{version}/int8.onnx",
+        "sha256": manifest["engines"]["int8"]["sha256"],
+        "target": "cpu-onnxruntime",
+    }
+    plan = manifest["engines"]["int8"]["precision_plan"]
+    assert plan["passed"] and plan["steps"][-1]["passed"]
+    assert set(plan["fp32_nodes"]) <= set(plan["candidates"]) and plan["int8_nodes"]
+    assert set(manifest["reports"]) == set(REPORTS)
+    for gate, entry in manifest["reports"].items():
+        stored = lake.get_object(MAIN_BRANCH, entry["key"])
+        assert entry["key"] == f"candidates/{version}/reports/{gate}.json"
+        assert hashlib.sha256(stored).hexdigest() == entry["sha256"]
+        report = lake.get_json(MAIN_BRANCH, entry["key"])
+        assert report["passed"] is True and entry["passed"] is True
+        assert report["model_version"] == version
+
+
+def test_reports_hold_the_numbers_behind_the_verdicts(deployed):
+    lake, version = deployed["lake"], deployed["version"]
+    parity = lake.get_json(MAIN_BRANCH, f"candidates/{version}/reports/engine_parity.json")
+    assert set(parity["engines"]) == {"fp16", "int8"}
+    gated = [row for row in parity["engines"]["int8"]["comparison"] if row["gated"]]
+    assert any(row["slice"] == "night/*/*" for row in gated)
+    assert all(row["drop"] <= row["budget"] + 1e-9 for row in gated)
+    tensors = parity["layerwise"]["int8"]["tensors"]
+    assert tensors and {"tensor", "node", "sqnr_db"} <= set(tensors[0])
+    bench = lake.get_json(MAIN_BRANCH, f"candidates/{version}/reports/engine_benchmark.json")
+    assert bench["target"] == "cpu-ci" and bench["platform"]["backend"] == "onnxruntime"
+    for precision in ("fp32", "fp16", "int8"):
+        stats = bench["engines"][precision]
+        assert 0 < stats["p50_ms"] <= stats["p95_ms"] <= stats["p99_ms"]
+        assert stats["throughput_fps"] > 0 and stats["peak_memory_mb"] >= 0
+    offline = lake.get_json(MAIN_BRANCH, f"candidates/{version}/reports/offline_eval.json")
+    assert offline["passed"] is True and offline["candidate"]
+
+
+def test_the_registry_version_carries_lineage_and_engine_hashes(deployed):
+    lake, version = deployed["lake"], deployed["version"]
+    manifest = lake.get_json(MAIN_BRANCH, manifest_key(version))
+    client = mlflow.MlflowClient(tracking_uri=deployed["resources"]["mlflow_tracking"].uri())
+    model_version = client.get_model_version("perception", version)
+    tags = model_version.tags
+    training = _metadata(deployed["training"], "trained_model")
+    assert tags["dataset_commit"] == training["dataset_commit"]
+    assert tags["dataset_version"] == training["dataset_version"]
+    assert tags["mlflow_run_id"] == training["mlflow_run_id"]
+    assert tags["dagster_run_id"] == deployed["training"].run_id
+    assert tags["code_version"]
+    assert tags["onnx_sha256"] == manifest["onnx"]["sha256"]
+    assert tags["engine_sha256"] == manifest["ship"]["sha256"]
+    assert str(client.get_model_version_by_alias("perception", "candidate").version) == version
+    artifacts = [a.path for a in client.list_artifacts(training["mlflow_run_id"], "onnx")]
+    assert artifacts == ["onnx/fp32.onnx"]
+
+
+def test_the_shipped_engine_runs_from_main_and_keeps_its_recorded_accuracy(deployed):
+    lake, version = deployed["lake"], deployed["version"]
+    manifest = lake.get_json(MAIN_BRANCH, manifest_key(version))
+    spec = perception_spec()
+    engine = OnnxRuntimeEngine(lake.get_object(MAIN_BRANCH, manifest["ship"]["key"]), spec)
+    assert engine.sha256 == manifest["ship"]["sha256"]
+    benchmark = lake.get_json(MAIN_BRANCH, BENCHMARK_MANIFEST)
+    rows = pd.read_parquet(io.BytesIO(lake.get_object(MAIN_BRANCH, benchmark["frames_key"])))
+    frames = labelled_frames(load_frames(lake, rows, MAIN_BRANCH))
+    predictions = engine.infer(frames.images)
+    parity = lake.get_json(MAIN_BRANCH, f"candidates/{version}/reports/engine_parity.json")
+    recorded = next(r for r in parity["engines"]["int8"]["metrics"] if r["slice"] == "overall")
+    accuracy = float(np.mean((predictions.occupancy >= 0.5) == (frames.occupancy_target >= 0.5)))
+    assert accuracy == pytest.approx(recorded["occupancy_accuracy"], abs=1e-9)
