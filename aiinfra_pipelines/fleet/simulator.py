@@ -1,10 +1,12 @@
 """The simulated fleet: drive highway-env episodes and keep the triggered segments as logs.
 
 One episode = one vehicle driving one road type under one set of conditions. Each policy step
-the car perceives (ground truth -> :class:`Perception`), plans (:class:`RulePlanner`), acts, and
-records a :class:`Frame` (degraded camera image with painted plates, GPS, pose, CAN, ground
-truth). After the drive the vehicle-side triggers pick the segments worth uploading, and each
-segment becomes one :class:`DriveLog`. Everything is derived from the seed: the same seed gives
+the car perceives (ground truth, or its perception engine when the vehicle has one ->
+:class:`Perception`), plans (:class:`RulePlanner`), acts, and records a :class:`Frame` (degraded
+camera image with painted plates, GPS, pose, CAN, ground truth); the loop itself is
+:func:`aiinfra_pipelines.fleet.closed_loop.run_episode`, shared with regression simulation.
+After the drive the vehicle-side triggers pick the segments worth uploading, and each segment
+becomes one :class:`DriveLog`. Everything is derived from the seed: the same seed gives
 byte-identical images and identical metadata.
 """
 
@@ -12,25 +14,22 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 
-from aiinfra_pipelines.fleet.conditions import Conditions, plan_conditions
-from aiinfra_pipelines.fleet.degradation import degrade
-from aiinfra_pipelines.fleet.perception import perception_from_ground_truth
-from aiinfra_pipelines.fleet.planner import RulePlanner
-from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
-from aiinfra_pipelines.fleet.sim_env import (
-    GroundTruthReader,
-    ego_state,
-    isolated_behaviour_class,
-    make_env,
-    render_frame,
-    road_type_settings,
+from aiinfra_pipelines.fleet.closed_loop import (
+    Engine,
+    EpisodeMetrics,
+    EpisodeSetup,
+    StepObservation,
+    run_episode,
 )
+from aiinfra_pipelines.fleet.conditions import Conditions, plan_conditions
+from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
+from aiinfra_pipelines.fleet.sim_env import road_type_settings
 from aiinfra_pipelines.fleet.triggers import (
     FrameContext,
     TriggerConfig,
@@ -44,6 +43,8 @@ from aiinfra_pipelines.logs.model import METADATA_SCHEMA_VERSION, DriveLog, Fram
 
 NS_PER_S = 1_000_000_000
 ProgressCallback = Callable[[int, int], None]
+# Which engine a vehicle drives with (``None``: ground-truth perception, the rule planner alone).
+EngineForVehicle = Callable[[Vehicle], Engine | None]
 
 
 @dataclass
@@ -53,6 +54,26 @@ class _Recording:
     frames: list[Frame]
     crashed: list[bool]
     road_edges: list[str]
+    metrics: EpisodeMetrics
+
+
+@dataclass(frozen=True)
+class EpisodeDrive:
+    """One vehicle's episode: its uploaded logs and the vehicle-side metrics of the whole drive.
+
+    ``metrics`` covers every step driven, uploaded or not: what a car's own telemetry reports
+    (collision, TTC, hard brakes, fallback activations, latencies), independent of the trigger
+    filter and of the MCAP logs.
+    """
+
+    vehicle: Vehicle
+    episode_index: int
+    conditions: Conditions
+    logs: list[DriveLog]
+    metrics: EpisodeMetrics
+
+
+EpisodeCallback = Callable[[EpisodeDrive], None]
 
 
 def drive_episode(
@@ -62,11 +83,31 @@ def drive_episode(
     conditions: Conditions,
     config: FleetConfig | None = None,
     triggers: TriggerConfig | None = None,
+    engine: Engine | None = None,
 ) -> list[DriveLog]:
-    """Drive one episode and return the logs the vehicle would upload (possibly none)."""
+    """Drive one episode and return the logs the vehicle would upload (possibly none).
+
+    With an ``engine`` the car perceives through it instead of ground truth; stamp the engine's
+    version into ``vehicle.software_version`` (as :func:`drive_fleet` does) so its logs say so.
+    """
+    return drive_episode_with_metrics(
+        vehicle, episode_index, seed, conditions, config, triggers, engine
+    ).logs
+
+
+def drive_episode_with_metrics(
+    vehicle: Vehicle,
+    episode_index: int,
+    seed: int,
+    conditions: Conditions,
+    config: FleetConfig | None = None,
+    triggers: TriggerConfig | None = None,
+    engine: Engine | None = None,
+) -> EpisodeDrive:
+    """:func:`drive_episode`, also returning the episode's closed-loop metrics."""
     cfg = fleet_config(config)
     trig = triggers or load_trigger_config()
-    recording = _record_episode(vehicle, episode_index, seed, conditions, cfg)
+    recording = _record_episode(vehicle, episode_index, seed, conditions, cfg, engine)
     context = FrameContext(
         weather=conditions.weather,
         lighting=conditions.lighting,
@@ -94,7 +135,7 @@ def drive_episode(
         }
         segment_events = events_in(events, frames[0].timestamp_ns, frames[-1].timestamp_ns)
         logs.append(DriveLog(metadata=metadata, frames=frames, events=segment_events))
-    return logs
+    return EpisodeDrive(vehicle, episode_index, conditions, logs, recording.metrics)
 
 
 def drive_fleet(
@@ -105,12 +146,18 @@ def drive_fleet(
     software_version: str | None = None,
     config: FleetConfig | None = None,
     triggers: TriggerConfig | None = None,
+    engine_for_vehicle: EngineForVehicle | None = None,
+    on_episode: EpisodeCallback | None = None,
 ) -> list[DriveLog]:
     """Drive ``episodes`` episodes with each of ``n_vehicles`` cars; all uploaded logs.
 
     ``software_version`` is the engine the fleet runs (fleet.yaml's default, the rule planner,
-    when ``None``). ``on_progress(done, total)`` is called after every episode so a Dagster
-    asset can report progress. Conditions follow fleet.yaml's ``conditions`` mix.
+    when ``None``). ``engine_for_vehicle(vehicle)`` lets a rollout cohort drive with a given
+    engine: a vehicle it returns an engine for perceives through it and its logs carry the
+    engine's ``name`` as ``software_version``; ``None`` keeps ground-truth perception.
+    ``on_progress(done, total)`` is called after every episode so a Dagster asset can report
+    progress, and ``on_episode(drive)`` receives every episode's vehicle-side metrics
+    (telemetry). Conditions follow fleet.yaml's ``conditions`` mix.
     """
     cfg = fleet_config(config)
     trig = triggers or load_trigger_config()
@@ -120,8 +167,16 @@ def drive_fleet(
     logs: list[DriveLog] = []
     done = 0
     for vehicle, row in zip(vehicles, plan, strict=True):
+        engine = engine_for_vehicle(vehicle) if engine_for_vehicle is not None else None
+        if engine is not None:
+            vehicle = replace(vehicle, software_version=str(engine.name))
         for episode_index, conditions in enumerate(row):
-            logs.extend(drive_episode(vehicle, episode_index, seed, conditions, cfg, trig))
+            drive = drive_episode_with_metrics(
+                vehicle, episode_index, seed, conditions, cfg, trig, engine
+            )
+            logs.extend(drive.logs)
+            if on_episode is not None:
+                on_episode(drive)
             done += 1
             if on_progress is not None:
                 on_progress(done, total)
@@ -134,6 +189,7 @@ def _record_episode(
     seed: int,
     conditions: Conditions,
     cfg: FleetConfig,
+    engine: Engine | None = None,
 ) -> _Recording:
     """Run the closed loop and record every policy step (before the upload filter)."""
     rate_hz = float(cfg["simulation"]["policy_frequency_hz"])
@@ -142,8 +198,6 @@ def _record_episode(
     road = road_type_settings(conditions.road_type, cfg)
     max_steps = round(float(road["max_duration_s"]) * rate_hz)
     can = cfg["can"]
-    bins = [float(b) for b in cfg["perception"]["bin_edges_m"]]
-    max_range = float(cfg["perception"]["max_range_m"])
 
     sequence = np.random.SeedSequence([seed, vehicle.index, episode_index])
     env_seed = int(sequence.generate_state(1)[0])
@@ -154,53 +208,44 @@ def _record_episode(
     start = _episode_start(seed, vehicle.index, episode_index, cfg)
     start_ns = int(start.timestamp()) * NS_PER_S
 
-    planner = RulePlanner(cfg)
-    reader = GroundTruthReader(cfg)
     frames: list[Frame] = []
     crashed: list[bool] = []
     edges: list[str] = []
-    previous_speed: float | None = None
-    done = False
-    with isolated_behaviour_class(cfg):
-        env = make_env(conditions.road_type, env_seed, cfg)
-        try:
-            for step in range(max_steps + 1):
-                image = render_frame(env)
-                ego = ego_state(env)
-                others = reader.read(env, image)  # paints plates into image
-                speed = float(np.clip(ego.speed_mps, 0.0, float(can["max_speed_mps"])))
-                accel = 0.0 if previous_speed is None else (speed - previous_speed) / dt_s
-                previous_speed = speed
-                east, north = offset_east + ego.east_m, offset_north + ego.north_m
-                latitude, longitude = local_to_gps(east, north, origin)
-                frames.append(
-                    Frame(
-                        timestamp_ns=start_ns + step * period_ns,
-                        image=degrade(image, conditions.weather, conditions.lighting, rng, cfg),
-                        latitude=latitude,
-                        longitude=longitude,
-                        x=float(east),
-                        y=float(north),
-                        heading=ego.heading_rad,
-                        **_can_signals(speed, accel, ego.steering_rad, can),
-                        lane_index=ego.lane_index,
-                        lane_count=ego.lane_count,
-                        others=others,
-                    )
-                )
-                crashed.append(ego.crashed)
-                edges.append(ego.road_edge)
-                if done or step == max_steps:
-                    break
-                perception = perception_from_ground_truth(
-                    others, ego.lane_index, ego.lane_count, bins, max_range
-                )
-                decision = planner.act(perception, speed)
-                _, _, terminated, truncated, _ = env.step(decision.action)
-                done = bool(terminated or truncated)  # record the final state, then stop
-        finally:
-            env.close()
-    return _Recording(frames=frames, crashed=crashed, road_edges=edges)
+    previous_speed: list[float] = []
+
+    def record(observation: StepObservation) -> None:
+        ego, speed = observation.ego, observation.speed_mps
+        accel = 0.0 if not previous_speed else (speed - previous_speed[0]) / dt_s
+        previous_speed[:] = [speed]
+        east, north = offset_east + ego.east_m, offset_north + ego.north_m
+        latitude, longitude = local_to_gps(east, north, origin)
+        frames.append(
+            Frame(
+                timestamp_ns=start_ns + observation.step * period_ns,
+                image=observation.image,
+                latitude=latitude,
+                longitude=longitude,
+                x=float(east),
+                y=float(north),
+                heading=ego.heading_rad,
+                **_can_signals(speed, accel, ego.steering_rad, can),
+                lane_index=ego.lane_index,
+                lane_count=ego.lane_count,
+                others=observation.others,
+            )
+        )
+        crashed.append(ego.crashed)
+        edges.append(ego.road_edge)
+
+    setup = EpisodeSetup(
+        road_type=conditions.road_type,
+        weather=conditions.weather,
+        lighting=conditions.lighting,
+        env_seed=env_seed,
+        max_steps=max_steps,
+    )
+    metrics = run_episode(setup, rng, config=cfg, engine=engine, observer=record)
+    return _Recording(frames=frames, crashed=crashed, road_edges=edges, metrics=metrics)
 
 
 def _can_signals(

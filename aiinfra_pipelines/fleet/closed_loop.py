@@ -1,0 +1,340 @@
+"""The closed loop of one episode: render → degrade → perceive → plan → act, with its metrics.
+
+One runner serves both the fleet (which records every step into a drive log through an
+``observer``) and regression simulation (which only needs the metrics), so "how the car drives"
+has exactly one implementation. Perception comes either from ground truth (the fleet's default,
+byte-identical to the logs it always produced) or from an :class:`Engine` — the camera frame as
+the car saw it, after degradation, goes through ``engine.infer`` and its occupancy, lead gap and
+confidence drive the same :class:`RulePlanner`, low-confidence fallback included.
+
+Metrics are measured on privileged ground truth (what really happened), never on what the
+engine believed: collision, minimum time-to-collision to the lead, progress, hard brakes, jerk,
+fallback activations, and per-step wall-clock timings of simulator, perception and planner.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from aiinfra_pipelines.fleet.degradation import degrade
+from aiinfra_pipelines.fleet.perception import Perception, perception_from_ground_truth
+from aiinfra_pipelines.fleet.planner import ACTION_NAMES, RulePlanner
+from aiinfra_pipelines.fleet.scripted import ScriptedEvent, ScriptedTraffic
+from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
+from aiinfra_pipelines.fleet.sim_env import (
+    EgoState,
+    GroundTruthReader,
+    ego_state,
+    isolated_behaviour_class,
+    make_env,
+    render_frame,
+)
+from aiinfra_pipelines.fleet.triggers import TriggerConfig, load_trigger_config
+from aiinfra_pipelines.logs.model import OtherVehicle
+
+PERCEPTION_GROUND_TRUTH = "ground_truth"
+PERCEPTION_ENGINE = "engine"
+
+
+class Engine(Protocol):
+    """The engine interface as the car sees it (``aiinfra_pipelines.perception.engine.Engine``
+    satisfies it; restated here because the fleet layer comes before ``perception``)."""
+
+    name: str
+    sha256: str
+
+    def infer(self, images: np.ndarray) -> Any: ...
+
+
+@dataclass(frozen=True)
+class EpisodeSetup:
+    """Everything that determines an episode besides the code: road, conditions, seed, length.
+
+    ``max_steps`` policy steps are applied, so ``max_steps + 1`` frames are seen (the final
+    state included), unless the episode terminates earlier (collision, end of road).
+    """
+
+    road_type: str
+    weather: str
+    lighting: str
+    env_seed: int
+    max_steps: int
+    events: tuple[ScriptedEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepObservation:
+    """One policy step as the car sensed it: the degraded frame, ego state and ground truth."""
+
+    step: int
+    image: np.ndarray
+    ego: EgoState
+    speed_mps: float  # ego speed clipped to the CAN sensor range (what the planner is given)
+    others: list[OtherVehicle]
+
+
+StepObserver = Callable[[StepObservation], None]
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """What counts as a hard brake and how a bumper gap is measured.
+
+    Defaults come from the vehicle-side trigger rules (``triggers.yaml``: ``hard_brake``
+    threshold, ``low_ttc`` vehicle length), so "a hard brake" means the same on the car and in
+    simulation unless a caller passes its own.
+    """
+
+    hard_brake_mps2: float
+    vehicle_length_m: float
+
+    @classmethod
+    def from_triggers(cls, triggers: TriggerConfig | None = None) -> MetricsConfig:
+        rules = (triggers or load_trigger_config()).rules
+        return cls(
+            hard_brake_mps2=float(rules["hard_brake"].threshold),
+            vehicle_length_m=float(rules["low_ttc"].params["vehicle_length_m"]),
+        )
+
+
+@dataclass
+class EpisodeMetrics:
+    """Per-episode outcome. Timing lists are wall-clock and vary run to run; everything else is
+    a deterministic function of the setup, the engine and the configuration."""
+
+    perception_source: str
+    engine_name: str
+    engine_sha256: str
+    steps: int
+    duration_s: float
+    collision: bool
+    collision_step: int | None
+    min_ttc_s: float | None  # None: never closing in on a lead
+    min_lead_gap_m: float | None  # None: never a lead in ego's lane
+    progress_m: float
+    mean_speed_mps: float
+    hard_brakes: int
+    max_abs_jerk_mps3: float
+    rms_jerk_mps3: float
+    fallback_steps: int
+    fallback_activations: int
+    decisions: dict[str, int]
+    confidence: list[float]
+    mean_confidence: float
+    min_confidence: float
+    events: list[dict[str, Any]]
+    simulator_ms: list[float] = field(default_factory=list)
+    perception_ms: list[float] = field(default_factory=list)
+    planner_ms: list[float] = field(default_factory=list)
+
+    TIMING_FIELDS = ("simulator_ms", "perception_ms", "planner_ms")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def deterministic_dict(self) -> dict[str, Any]:
+        """The outcome without wall-clock timings: equal for equal inputs, on any machine load."""
+        return {k: v for k, v in asdict(self).items() if k not in self.TIMING_FIELDS}
+
+    def timing_summary(self) -> dict[str, float]:
+        """Mean / p95 / max per timing series, in milliseconds."""
+        summary: dict[str, float] = {}
+        for name in self.TIMING_FIELDS:
+            values = np.asarray(getattr(self, name), dtype=float)
+            stem = name.removesuffix("_ms")
+            if values.size == 0:
+                continue
+            summary[f"{stem}_mean_ms"] = float(values.mean())
+            summary[f"{stem}_p95_ms"] = float(np.percentile(values, 95))
+            summary[f"{stem}_max_ms"] = float(values.max())
+        return summary
+
+
+def engine_perception(engine: Engine, image: np.ndarray) -> Perception:
+    """The engine's view of one camera frame, in the planner's terms."""
+    predictions = engine.infer(image[np.newaxis])
+    return Perception(
+        occupancy=np.asarray(predictions.occupancy[0], dtype=np.float32),
+        lead_gap_m=float(predictions.lead_gap_m[0]),
+        confidence=float(np.clip(predictions.confidence[0], 0.0, 1.0)),
+    )
+
+
+def lead_time_to_collision(
+    others: Sequence[OtherVehicle], vehicle_length_m: float
+) -> tuple[float, float]:
+    """(bumper gap, time-to-collision) to the nearest lead in ego's lane; ``inf`` if none/never.
+
+    Ground-truth ``vx`` is relative to ego, so a negative ``vx`` closes in (the same definition
+    as the vehicle-side ``low_ttc`` trigger).
+    """
+    leads = [o for o in others if o.lane_offset == 0 and o.x > 0.0]
+    if not leads:
+        return math.inf, math.inf
+    lead = min(leads, key=lambda o: o.x)
+    gap = lead.x - vehicle_length_m
+    if gap <= 0.0:
+        return gap, 0.0
+    closing = -lead.vx
+    return gap, (gap / closing if closing > 0.0 else math.inf)
+
+
+def run_episode(
+    setup: EpisodeSetup,
+    rng: np.random.Generator,
+    *,
+    config: FleetConfig | None = None,
+    engine: Engine | None = None,
+    observer: StepObserver | None = None,
+    metrics_config: MetricsConfig | None = None,
+) -> EpisodeMetrics:
+    """Drive one episode closed-loop and return its metrics.
+
+    ``rng`` feeds the image degradations (the only randomness outside highway-env's seed).
+    ``engine`` drives perception through ``engine.infer`` on the degraded frame; ``None``
+    drives on ground-truth perception. ``observer`` sees every step before the action is
+    chosen (the fleet builds its log frames there).
+    """
+    cfg = fleet_config(config)
+    metric_cfg = metrics_config or MetricsConfig.from_triggers()
+    sim = cfg["simulation"]
+    rate_hz = float(sim["policy_frequency_hz"])
+    dt_s = 1.0 / rate_hz
+    max_speed = float(cfg["can"]["max_speed_mps"])
+    bins = [float(b) for b in cfg["perception"]["bin_edges_m"]]
+    max_range = float(cfg["perception"]["max_range_m"])
+
+    planner = RulePlanner(cfg)
+    reader = GroundTruthReader(cfg)
+    trace = _Trace()
+    done = False
+    with isolated_behaviour_class(cfg):
+        env = make_env(setup.road_type, setup.env_seed, cfg)
+        try:
+            scripted = (
+                ScriptedTraffic(env, setup.events, rate_hz, str(sim["other_vehicles_type"]))
+                if setup.events
+                else None
+            )
+            for step in range(setup.max_steps + 1):
+                started = time.perf_counter()
+                image = render_frame(env)
+                ego = ego_state(env)
+                others = reader.read(env, image)  # paints plates into image
+                speed = float(np.clip(ego.speed_mps, 0.0, max_speed))
+                seen = degrade(image, setup.weather, setup.lighting, rng, cfg)
+                sensed_s = time.perf_counter() - started
+                if observer is not None:
+                    observer(StepObservation(step, seen, ego, speed, others))
+                trace.observe(ego, others, metric_cfg.vehicle_length_m)
+                if done or step == setup.max_steps:
+                    trace.simulator_ms.append(sensed_s * 1e3)
+                    break
+                started = time.perf_counter()
+                if engine is None:
+                    perception = perception_from_ground_truth(
+                        others, ego.lane_index, ego.lane_count, bins, max_range
+                    )
+                else:
+                    perception = engine_perception(engine, seen)
+                perceived = time.perf_counter()
+                decision = planner.act(perception, speed)
+                planned = time.perf_counter()
+                if scripted is not None:
+                    scripted.before_step(step)
+                _, _, terminated, truncated, _ = env.step(decision.action)
+                stepped = time.perf_counter()
+                done = bool(terminated or truncated)  # record the final state, then stop
+                trace.decide(decision.name, decision.fallback, perception.confidence)
+                trace.simulator_ms.append((sensed_s + stepped - planned) * 1e3)
+                trace.perception_ms.append((perceived - started) * 1e3)
+                trace.planner_ms.append((planned - perceived) * 1e3)
+        finally:
+            env.close()
+    return trace.metrics(
+        engine=engine,
+        dt_s=dt_s,
+        hard_brake_mps2=metric_cfg.hard_brake_mps2,
+        events=scripted.fired if scripted is not None else [],
+    )
+
+
+@dataclass
+class _Trace:
+    """What the loop accumulates step by step, turned into :class:`EpisodeMetrics` at the end."""
+
+    speeds: list[float] = field(default_factory=list)
+    crashed: list[bool] = field(default_factory=list)
+    ttc: list[float] = field(default_factory=list)
+    lead_gaps: list[float] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+    fallbacks: list[bool] = field(default_factory=list)
+    confidence: list[float] = field(default_factory=list)
+    simulator_ms: list[float] = field(default_factory=list)
+    perception_ms: list[float] = field(default_factory=list)
+    planner_ms: list[float] = field(default_factory=list)
+
+    def observe(self, ego: EgoState, others: list[OtherVehicle], vehicle_length_m: float) -> None:
+        gap, ttc = lead_time_to_collision(others, vehicle_length_m)
+        self.speeds.append(float(ego.speed_mps))
+        self.crashed.append(bool(ego.crashed))
+        self.lead_gaps.append(gap)
+        self.ttc.append(ttc)
+
+    def decide(self, name: str, fallback: bool, confidence: float) -> None:
+        self.decisions.append(name)
+        self.fallbacks.append(bool(fallback))
+        self.confidence.append(round(float(confidence), 6))
+
+    def metrics(
+        self, *, engine: Any | None, dt_s: float, hard_brake_mps2: float, events: list
+    ) -> EpisodeMetrics:
+        speeds = np.asarray(self.speeds, dtype=float)
+        accel = np.diff(speeds) / dt_s
+        jerk = np.diff(accel) / dt_s
+        hard = accel < hard_brake_mps2
+        fallbacks = np.asarray(self.fallbacks, dtype=bool)
+        crash_steps = [i for i, c in enumerate(self.crashed) if c]
+        ttc = min(self.ttc, default=math.inf)
+        gap = min(self.lead_gaps, default=math.inf)
+        confidence = np.asarray(self.confidence, dtype=float)
+        return EpisodeMetrics(
+            perception_source=PERCEPTION_GROUND_TRUTH if engine is None else PERCEPTION_ENGINE,
+            engine_name="" if engine is None else str(engine.name),
+            engine_sha256="" if engine is None else str(engine.sha256),
+            steps=len(self.decisions),
+            duration_s=round(len(self.decisions) * dt_s, 6),
+            collision=bool(crash_steps),
+            collision_step=crash_steps[0] if crash_steps else None,
+            min_ttc_s=None if math.isinf(ttc) else round(float(ttc), 6),
+            min_lead_gap_m=None if math.isinf(gap) else round(float(gap), 6),
+            progress_m=round(float(np.sum(speeds[:-1]) * dt_s), 6),
+            mean_speed_mps=round(float(speeds.mean()) if speeds.size else 0.0, 6),
+            hard_brakes=_onsets(hard),
+            max_abs_jerk_mps3=round(float(np.abs(jerk).max()) if jerk.size else 0.0, 6),
+            rms_jerk_mps3=round(float(np.sqrt(np.mean(jerk**2))) if jerk.size else 0.0, 6),
+            fallback_steps=int(fallbacks.sum()),
+            fallback_activations=_onsets(fallbacks),
+            decisions={name: self.decisions.count(name) for name in ACTION_NAMES.values()},
+            confidence=list(self.confidence),
+            mean_confidence=round(float(confidence.mean()) if confidence.size else 0.0, 6),
+            min_confidence=round(float(confidence.min()) if confidence.size else 0.0, 6),
+            events=list(events),
+            simulator_ms=self.simulator_ms,
+            perception_ms=self.perception_ms,
+            planner_ms=self.planner_ms,
+        )
+
+
+def _onsets(flags: np.ndarray) -> int:
+    """How many times a condition switched on (a run of consecutive steps counts once)."""
+    if flags.size == 0:
+        return 0
+    previous = np.concatenate([[False], flags[:-1]])
+    return int(np.sum(flags & ~previous))

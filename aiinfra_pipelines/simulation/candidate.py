@@ -1,0 +1,94 @@
+"""The engines regression simulation compares: the published candidate and production.
+
+The candidate is what would ship: ``candidates/latest.json`` names the model version, its
+manifest's ``ship`` entry names the engine file on ``main`` and its SHA-256 (docs/loop.md). The
+bytes are verified against that hash before a single scenario runs — simulating a file other
+than the one certification will vouch for would make the report worthless. Production is
+whatever ``release/production.json`` names (the bootstrap engine before the first release).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.perception.deployed import load_deployed_engine
+
+from .runner import EngineSource
+
+CANDIDATES_PREFIX = "candidates/"
+LATEST_CANDIDATE_KEY = f"{CANDIDATES_PREFIX}latest.json"
+REPORT_GATE = "regression_simulation"
+
+
+class CandidateError(ValueError):
+    """The candidate to simulate is missing, incomplete or its engine does not match."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    model_version: str
+    manifest: dict[str, Any]
+    engine: EngineSource
+
+    @property
+    def mlflow_run_id(self) -> str | None:
+        return self.manifest.get("mlflow_run_id")
+
+
+def manifest_key(model_version: str) -> str:
+    return f"{CANDIDATES_PREFIX}{model_version}/manifest.json"
+
+
+def report_key(model_version: str, gate: str = REPORT_GATE) -> str:
+    return f"{CANDIDATES_PREFIX}{model_version}/reports/{gate}.json"
+
+
+def latest_candidate_version(lake: VersionedLake, ref: str = MAIN_BRANCH) -> str | None:
+    """The newest published candidate's model version, or ``None`` before the first one."""
+    if not lake.object_exists(ref, LATEST_CANDIDATE_KEY):
+        return None
+    latest = lake.get_json(ref, LATEST_CANDIDATE_KEY)
+    if "model_version" not in latest:
+        raise CandidateError(f"{LATEST_CANDIDATE_KEY} has no model_version: {latest}")
+    return str(latest["model_version"])
+
+
+def load_candidate(
+    lake: VersionedLake, model_version: str | None = None, ref: str = MAIN_BRANCH
+) -> Candidate:
+    """The ship engine of ``model_version`` (default: the latest candidate), hash-verified."""
+    version = model_version or latest_candidate_version(lake, ref)
+    if version is None:
+        raise CandidateError(
+            f"no candidate to simulate: {LATEST_CANDIDATE_KEY} is not on {ref} "
+            "(materialize published_engine first)"
+        )
+    key = manifest_key(version)
+    if not lake.object_exists(ref, key):
+        raise CandidateError(f"candidate {version}: manifest {key} is not on {ref}")
+    manifest = lake.get_json(ref, key)
+    ship = manifest.get("ship") or {}
+    if not ship.get("key") or not ship.get("sha256"):
+        raise CandidateError(f"candidate {version}: manifest {key} has no ship.key / ship.sha256")
+    if not lake.object_exists(ref, ship["key"]):
+        raise CandidateError(f"candidate {version}: ship engine {ship['key']} is not on {ref}")
+    onnx_bytes = lake.get_object(ref, ship["key"])
+    digest = hashlib.sha256(onnx_bytes).hexdigest()
+    if digest != ship["sha256"]:
+        raise CandidateError(
+            f"candidate {version}: {ship['key']} has sha256 {digest[:16]}…, the manifest says "
+            f"{str(ship['sha256'])[:16]}… — refusing to simulate an engine that would not ship"
+        )
+    return Candidate(
+        model_version=version, manifest=manifest, engine=EngineSource(version, onnx_bytes)
+    )
+
+
+def load_production(lake: VersionedLake) -> EngineSource:
+    """The engine the fleet runs now (bootstrap engine before the first release)."""
+    deployed = load_deployed_engine(lake, batch_size=1)
+    return EngineSource(deployed.version, deployed.onnx_bytes)

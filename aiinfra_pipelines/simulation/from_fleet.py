@@ -1,0 +1,161 @@
+"""Mined badcases and fleet failures as regression scenarios: one per source drive log.
+
+Every log with a mined badcase (``mined_badcases`` on ``main``) and every log whose scene-index
+rows carry a failure flag (``event_near_collision``, ``event_takeover`` — simulation.yaml
+``failure_flags``) becomes scenario ``log-<log id>``: the log's road type, weather and lighting,
+the configured duration and traffic, and a seed derived from the log id and the commit that
+ingested it. A fleet failure on a road that supports scripted hazards also replays a cut-in at
+the failure's time within the log, so the scenario stresses what went wrong there.
+
+A scenario reproduces the log's *conditions* deterministically, not its exact traffic: a log
+carries no simulator seed (a real fleet's logs have none), so the derived seed stands in for
+it. Provenance (log id, commit, badcase reasons, failure flags, the engine that mined it) is
+kept in ``source`` and never changes the scenario's version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from aiinfra_pipelines.fleet.settings import FleetConfig
+
+from .scenarios import (
+    KIND_BADCASE,
+    KIND_FLEET_FAILURE,
+    Scenario,
+    build_scenario,
+    derived_seed,
+)
+from .settings import simulation_config
+
+SCENARIO_PREFIX = "log-"
+TAG_COLUMNS = ("road_type", "weather", "lighting")
+
+
+def scenario_id_for_log(log_id: str) -> str:
+    return f"{SCENARIO_PREFIX}{log_id}"
+
+
+def fleet_regression_scenarios(
+    badcases: pd.DataFrame,
+    scene_index: pd.DataFrame,
+    config: dict[str, Any] | None = None,
+    fleet: FleetConfig | None = None,
+) -> list[Scenario]:
+    """One regression scenario per log with a badcase or a failure flag, sorted by id."""
+    cfg = simulation_config(config)
+    section = cfg["regression_scenarios"]
+    flags = [
+        str(flag) for flag in section["failure_flags"] if f"event_{flag}" in scene_index.columns
+    ]
+    failures = _failure_rows(scene_index, flags)
+    log_ids = sorted(
+        set(badcases["log_id"].astype(str) if "log_id" in badcases.columns else [])
+        | set(failures["log_id"].astype(str))
+    )
+    scenarios = []
+    for log_id in log_ids:
+        index_rows = _rows(scene_index, log_id)
+        badcase_rows = _rows(badcases, log_id)
+        failure_rows = _rows(failures, log_id)
+        tags = _tags(log_id, index_rows, badcase_rows)
+        commit = (
+            str(index_rows["source_commit"].iloc[0])
+            if "source_commit" in index_rows.columns and len(index_rows)
+            else ""
+        )
+        kind = KIND_FLEET_FAILURE if len(failure_rows) else KIND_BADCASE
+        levels = cfg["traffic"].get(tags["road_type"]) or {}
+        fields: dict[str, Any] = {
+            **tags,
+            "traffic": section["traffic"] if section["traffic"] in levels else "normal",
+            "duration_s": float(section["duration_s"]),
+            "seed": derived_seed(log_id, commit),
+        }
+        if kind == KIND_FLEET_FAILURE and tags["road_type"] in cfg["scripted_event_road_types"]:
+            fields["events"] = [_failure_hazard(section, failure_rows)]
+        scenario_id = scenario_id_for_log(log_id)
+        scenarios.append(
+            build_scenario(
+                fields,
+                scenario_id=scenario_id,
+                kind=kind,
+                family=kind,
+                description=f"{kind.replace('_', ' ')} from drive log {log_id}",
+                source=_provenance(log_id, commit, badcase_rows, failure_rows, flags),
+                where=f"regression scenario {scenario_id}",
+                config=cfg,
+                fleet=fleet,
+            )
+        )
+    return scenarios
+
+
+def _failure_rows(index: pd.DataFrame, flags: list[str]) -> pd.DataFrame:
+    if index.empty or not flags:
+        return pd.DataFrame({"log_id": pd.Series([], dtype=str)})
+    hit = pd.Series(False, index=index.index)
+    for flag in flags:
+        hit |= index[f"event_{flag}"].eq(True)
+    return index[hit]
+
+
+def _rows(table: pd.DataFrame, log_id: str) -> pd.DataFrame:
+    if table.empty or "log_id" not in table.columns:
+        return table.iloc[0:0]
+    return table[table["log_id"].astype(str) == log_id]
+
+
+def _tags(log_id: str, index_rows: pd.DataFrame, badcase_rows: pd.DataFrame) -> dict[str, str]:
+    for rows in (index_rows, badcase_rows):
+        if len(rows) and all(c in rows.columns for c in TAG_COLUMNS):
+            first = rows.iloc[0]
+            return {column: str(first[column]) for column in TAG_COLUMNS}
+    raise ValueError(f"drive log {log_id}: no road_type/weather/lighting tags in index or badcases")
+
+
+def _failure_hazard(section: dict[str, Any], failure_rows: pd.DataFrame) -> dict[str, Any]:
+    """The configured hazard at the (clamped) time of the log's first failure frame."""
+    hazard = dict(section["failure_hazard"])
+    low = float(hazard.pop("min_at_s"))
+    after = float(hazard.pop("min_after_s"))
+    duration = float(section["duration_s"])
+    first = (
+        float(failure_rows["t_rel_s"].min())
+        if "t_rel_s" in failure_rows.columns and len(failure_rows)
+        else low
+    )
+    hazard["at_s"] = round(min(max(first, low), max(duration - after, low)), 3)
+    return hazard
+
+
+def _provenance(
+    log_id: str,
+    commit: str,
+    badcase_rows: pd.DataFrame,
+    failure_rows: pd.DataFrame,
+    flags: list[str],
+) -> dict[str, Any]:
+    reasons = sorted(
+        {
+            reason
+            for text in badcase_rows.get("reasons", pd.Series([], dtype=str)).fillna("")
+            for reason in str(text).split(",")
+            if reason
+        }
+    )
+    fired = sorted(flag for flag in flags if failure_rows.get(f"event_{flag}", pd.Series()).any())
+    engines = sorted(set(badcase_rows.get("engine_version", pd.Series([], dtype=str)).astype(str)))
+    origins = (["badcase"] if len(badcase_rows) else []) + (["fleet_failure"] if fired else [])
+    return {
+        "log_id": log_id,
+        "source_commit": commit,
+        "origins": origins,
+        "badcase_frames": len(badcase_rows),
+        "badcase_reasons": reasons,
+        "failure_flags": fired,
+        "failure_frames": len(failure_rows),
+        "mined_by_engines": engines,
+    }

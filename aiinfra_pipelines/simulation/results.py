@@ -1,0 +1,57 @@
+"""Where regression outcomes live in the lake, and the per-engine outcome cache.
+
+``simulation/results/<engine sha256>/<scenario id>/<scenario version>.json`` holds one engine's
+outcome on one scenario definition. Production rarely changes, so its outcomes are reused cycle
+after cycle instead of being re-simulated; a record is valid only under the simulator
+fingerprint it was made with (simulator version, fleet and metric configuration), so a changed
+planner or physics setting recomputes instead of serving stale results.
+
+``simulation/regression/shards/<shard>.json`` is a shard's latest regression result — the
+current value of one ``regression_simulation`` partition, published to ``main`` so the report
+run (a different run, maybe another pod) can read every shard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiinfra_pipelines.lake.port import VersionedLake
+
+from .scenarios import Scenario
+
+RESULTS_PREFIX = "simulation/results/"
+SHARDS_PREFIX = "simulation/regression/shards/"
+
+
+def result_key(engine_sha256: str, scenario: Scenario) -> str:
+    return f"{RESULTS_PREFIX}{engine_sha256}/{scenario.id}/{scenario.version}.json"
+
+
+def shard_result_key(shard_key: str) -> str:
+    return f"{SHARDS_PREFIX}{shard_key}.json"
+
+
+def outcome_record(
+    engine_name: str, engine_sha256: str, scenario: Scenario, fingerprint: str, metrics: dict
+) -> dict[str, Any]:
+    return {
+        "engine_name": engine_name,
+        "engine_sha256": engine_sha256,
+        "scenario_id": scenario.id,
+        "scenario_version": scenario.version,
+        "simulator_fingerprint": fingerprint,
+        "metrics": metrics,
+    }
+
+
+def cached_metrics(
+    lake: VersionedLake, ref: str, engine_sha256: str, scenario: Scenario, fingerprint: str
+) -> dict[str, Any] | None:
+    """The recorded metrics of this engine on this scenario version, if still valid."""
+    key = result_key(engine_sha256, scenario)
+    if not lake.object_exists(ref, key):
+        return None
+    record = lake.get_json(ref, key)
+    if record.get("simulator_fingerprint") != fingerprint:
+        return None
+    return record["metrics"]

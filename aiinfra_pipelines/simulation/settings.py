@@ -1,0 +1,71 @@
+"""Access to ``resources/simulation.yaml`` and the ``simulation:`` section of ``gates.yaml``.
+
+Functions take ``config: dict | None`` so tests can pass an edited copy while assets use the
+operator's files; nothing in the simulation code carries a number of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from aiinfra_pipelines.config import load_resource_yaml, resources_dir
+from aiinfra_pipelines.fleet.closed_loop import MetricsConfig
+from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
+
+SIMULATION_CONFIG_FILE = "simulation.yaml"
+GATES_CONFIG_FILE = "gates.yaml"
+SCENARIOS_DIR = "scenarios"
+
+
+def simulation_config(config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``config`` itself when given, else ``resources/simulation.yaml``."""
+    return load_resource_yaml(SIMULATION_CONFIG_FILE) if config is None else config
+
+
+def simulation_gates(gates: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``simulation:`` section of ``gates.yaml`` (or of the given gates mapping)."""
+    source = load_resource_yaml(GATES_CONFIG_FILE) if gates is None else gates
+    if "simulation" not in source:
+        raise KeyError("gates.yaml has no `simulation:` section (regression gate budgets)")
+    return source["simulation"]
+
+
+def scenarios_dir():
+    """Where the base scenario files live: ``resources/scenarios/``."""
+    return resources_dir() / SCENARIOS_DIR
+
+
+def shard_count(config: dict[str, Any] | None = None) -> int:
+    shards = int(simulation_config(config)["execution"]["shards"])
+    if shards < 1:
+        raise ValueError(f"simulation.yaml execution.shards must be >= 1, got {shards}")
+    return shards
+
+
+def metrics_config(config: dict[str, Any] | None = None) -> MetricsConfig:
+    section = simulation_config(config)["metrics"]
+    return MetricsConfig(
+        hard_brake_mps2=float(section["hard_brake_mps2"]),
+        vehicle_length_m=float(section["vehicle_length_m"]),
+    )
+
+
+def simulator_fingerprint(
+    config: dict[str, Any] | None = None, fleet: FleetConfig | None = None
+) -> str:
+    """Identity of "how an episode is simulated and measured": the simulator version, the
+    whole fleet configuration (physics, camera, degradations, planner) and the metric settings.
+
+    A cached outcome is reused only under the same fingerprint.
+    """
+    cfg = simulation_config(config)
+    payload = {
+        "simulator_version": cfg["simulator_version"],
+        "metrics": cfg["metrics"],
+        "traffic": cfg["traffic"],
+        "fleet": fleet_config(fleet),
+    }
+    encoded = json.dumps(payload, sort_keys=True, default=str).encode()
+    return hashlib.sha256(encoded).hexdigest()[:16]

@@ -1,0 +1,83 @@
+"""The fleet on the shared closed-loop runner: ground-truth logs unchanged, a rollout cohort
+driving with an engine (its version in the logs), and per-episode telemetry from every drive."""
+
+from __future__ import annotations
+
+import pytest
+
+from aiinfra_pipelines.fleet.settings import with_overrides
+from aiinfra_pipelines.fleet.simulator import EpisodeDrive, drive_fleet
+from aiinfra_pipelines.logs.validation import validate_drive_log
+from aiinfra_pipelines.logs.writer import encode_drive_log
+from aiinfra_pipelines.perception.contract import perception_spec
+from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
+
+from .engines import brightness_onnx
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def small_config():
+    short = {"max_duration_s": 3}
+    return with_overrides(
+        None,
+        {
+            "simulation": {
+                "road_types": {
+                    "highway": {"max_duration_s": 3, "env_config": {"vehicles_count": 6}},
+                    "merge": short,
+                    "roundabout": short,
+                    "intersection": short,
+                }
+            }
+        },
+    )
+
+
+def test_ground_truth_drives_are_unchanged_by_the_hooks(small_config):
+    plain = drive_fleet(2, 1, seed=21, config=small_config)
+    drives: list[EpisodeDrive] = []
+    hooked = drive_fleet(
+        2,
+        1,
+        seed=21,
+        config=small_config,
+        engine_for_vehicle=lambda vehicle: None,
+        on_episode=drives.append,
+    )
+    assert [encode_drive_log(log) for log in plain] == [encode_drive_log(log) for log in hooked]
+    assert [d.vehicle.index for d in drives] == [0, 1]
+    for drive in drives:
+        assert drive.metrics.perception_source == "ground_truth"
+        assert drive.metrics.engine_name == "" and drive.metrics.fallback_steps == 0
+        assert [log.log_id for log in drive.logs] == [
+            log.log_id for log in hooked if log.metadata["vin"] == drive.vehicle.vin
+        ]
+
+
+def test_a_cohort_drives_with_the_engine_and_says_so(small_config):
+    engine = OnnxRuntimeEngine(brightness_onnx(), perception_spec(), name="7", batch_size=1)
+    drives: list[EpisodeDrive] = []
+    logs = drive_fleet(
+        2,
+        1,
+        seed=21,
+        config=small_config,
+        engine_for_vehicle=lambda vehicle: engine if vehicle.index == 0 else None,
+        on_episode=drives.append,
+    )
+    cohort, rest = drives
+    assert cohort.vehicle.software_version == "7"
+    assert rest.vehicle.software_version == small_config["fleet"]["default_software_version"]
+    assert cohort.metrics.perception_source == "engine"
+    assert cohort.metrics.engine_sha256 == engine.sha256
+    assert len(cohort.metrics.perception_ms) == cohort.metrics.steps > 0
+    assert len(cohort.metrics.confidence) == cohort.metrics.steps
+    assert cohort.logs and rest.logs
+    assert {log.metadata["software_version"] for log in cohort.logs} == {"7"}
+    assert {log.metadata["software_version"] for log in rest.logs} == {"rule-planner-0"}
+    assert [log.log_id for log in logs] == [log.log_id for d in drives for log in d.logs]
+    for log in logs:  # engine-driven logs still pass ingest validation
+        report = validate_drive_log(encode_drive_log(log))
+        assert report.accepted, report.reasons

@@ -1,0 +1,286 @@
+"""The simulation assets materialized with Dagster on a small published lake state.
+
+One module-scoped lake carries a whole cycle: library → shards → report for a PerceptionNet
+candidate, then a reckless candidate that must be refused, then a library rebuild that must not
+drop anything. MLflow runs on a temporary sqlite store.
+"""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+
+from aiinfra_pipelines.lake.local import LocalLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.sensors.simulation_sensor import regression_simulation_sensor
+from aiinfra_pipelines.simulation.candidate import report_key
+from aiinfra_pipelines.simulation.library import LIBRARY_KEY
+from aiinfra_pipelines.simulation.results import RESULTS_PREFIX, shard_result_key
+from aiinfra_pipelines.training.resources import mlflow_tracking_uri
+
+from .engines import perception_net_onnx, reckless_onnx
+from .helpers import (
+    LogSpec,
+    launch,
+    materialize,
+    new_mlflow_run,
+    publish_candidate,
+    publish_fleet_tables,
+    simulation_resources,
+)
+
+pytestmark = pytest.mark.timeout(300)
+SHARDS = ["shard-00", "shard-01"]
+LOGS = [
+    LogSpec("log-a-badcase", road_type="highway", weather="rain", lighting="day"),
+    LogSpec("log-b-failure", road_type="merge", badcase=False, near_collision_frame=6),
+]
+
+
+@pytest.fixture(scope="module")
+def cycle(test_resources, tmp_path_factory):
+    root = tmp_path_factory.mktemp("sim-assets")
+    lake = LocalLake(root=str(root / "lake"))
+    lake.ensure_repository()
+    tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
+    resources = simulation_resources(lake, tracking_uri)
+    publish_fleet_tables(lake, LOGS, "fleet-tables")
+    (root / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(root / "dagster")) as instance:
+        yield {
+            "lake": lake,
+            "resources": resources,
+            "instance": instance,
+            "tracking_uri": tracking_uri,
+            "artifacts": root / "mlruns",
+        }
+
+
+def run_cycle(cycle, model_version: str, onnx: bytes, *, raise_on_error: bool = True):
+    """Library → every shard → report for one candidate, materialized directly."""
+    lake, resources, instance = cycle["lake"], cycle["resources"], cycle["instance"]
+    run_id = new_mlflow_run(cycle["tracking_uri"], cycle["artifacts"])
+    publish_candidate(lake, model_version, onnx, run_id)
+    assert materialize(instance, resources, "scenario_library").success
+    for shard in SHARDS:
+        result = materialize(
+            instance,
+            resources,
+            "regression_simulation",
+            partition_key=shard,
+            model_version=model_version,
+        )
+        assert result.success
+    report = materialize(
+        instance,
+        resources,
+        "regression_report",
+        model_version=model_version,
+        raise_on_error=raise_on_error,
+    )
+    return run_id, report
+
+
+def tick(cycle) -> tuple[list[dg.RunRequest], str]:
+    context = dg.build_sensor_context(instance=cycle["instance"], resources={"lake": cycle["lake"]})
+    result = regression_simulation_sensor(context)
+    if isinstance(result, dg.SkipReason):
+        return [], result.skip_message or ""
+    return list(result.run_requests or []), ""
+
+
+@pytest.fixture(scope="module")
+def sensor_cycle(cycle):
+    """Candidate 1 driven through the whole cycle by the sensor. Every tick is evaluated twice
+    before its runs launch (what a daemon does when runs are slow to start)."""
+    lake = cycle["lake"]
+    run_id = new_mlflow_run(cycle["tracking_uri"], cycle["artifacts"])
+    publish_candidate(lake, "1", perception_net_onnx(seed=3), run_id)
+    ticks, results = [], {}
+    for _ in range(4):
+        requests, reason = tick(cycle)
+        repeated, _ = tick(cycle)
+        ticks.append(
+            {
+                "keys": sorted(r.run_key for r in requests),
+                "repeated_keys": sorted(r.run_key for r in repeated),
+                "reason": reason,
+            }
+        )
+        if not requests:
+            break
+        for request in requests:
+            results[request.run_key] = launch(cycle, request)
+        after, _ = tick(cycle)
+        launched = set(results)
+        ticks[-1]["after_launch"] = sorted(r.run_key for r in after if r.run_key in launched)
+    return {"run_id": run_id, "ticks": ticks, "results": results}
+
+
+def test_library_holds_base_badcase_and_failure_scenarios(cycle):
+    lake = cycle["lake"]
+    assert materialize(cycle["instance"], cycle["resources"], "scenario_library").success
+    library = lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
+    by_id = {entry["id"]: entry for entry in library["scenarios"]}
+    assert {"cruise", "slow_lead", "degraded"} <= set(by_id)
+    badcase = by_id["log-log-a-badcase"]
+    assert badcase["kind"] == "badcase"
+    assert (badcase["road_type"], badcase["weather"], badcase["lighting"]) == (
+        "highway",
+        "rain",
+        "day",
+    )
+    assert badcase["source"]["log_id"] == "log-a-badcase"
+    assert badcase["source"]["source_commit"]
+    assert "low_confidence" in badcase["source"]["badcase_reasons"]
+    failure = by_id["log-log-b-failure"]
+    assert failure["kind"] == "fleet_failure"
+    assert failure["source"]["failure_flags"] == ["near_collision"]
+    assert [event["type"] for event in failure["events"]] == ["cut_in"]
+    assert all(entry["first_failed_by"] is None for entry in library["scenarios"])
+
+
+def test_sensor_walks_a_candidate_through_library_shards_and_report(sensor_cycle):
+    ticks = sensor_cycle["ticks"]
+    assert [t["keys"] for t in ticks] == [
+        ["library-1"],
+        ["sim-1-shard-00", "sim-1-shard-01"],
+        ["report-1"],
+        [],
+    ]
+    assert all(result.success for result in sensor_cycle["results"].values())
+    assert "already has regression results" in ticks[-1]["reason"]
+    shard_run = sensor_cycle["results"]["sim-1-shard-00"]
+    assert shard_run.dagster_run.tags["aiinfra/model_version"] == "1"
+
+
+def test_sensor_duplicate_ticks_launch_nothing_new(sensor_cycle):
+    """A repeated tick asks for the same run keys (Dagster launches a key once), and once a
+    key has a run the sensor never requests it again."""
+    for evaluated in sensor_cycle["ticks"]:
+        assert evaluated["repeated_keys"] == evaluated["keys"]
+        assert evaluated.get("after_launch", []) == []
+
+
+def test_cycle_publishes_report_records_and_mlflow_artifact(cycle, sensor_cycle):
+    import mlflow
+
+    lake = cycle["lake"]
+    run_id = sensor_cycle["run_id"]
+    result = sensor_cycle["results"]["report-1"]
+    report = lake.get_json(MAIN_BRANCH, report_key("1"))
+    assert report["model_version"] == "1"
+    assert isinstance(report["passed"], bool)
+    library = lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
+    assert library["built_from"]["refreshed_for_model_version"] == "1"
+    assert {row["scenario_id"] for row in report["scenarios"]} == {
+        entry["id"] for entry in library["scenarios"]
+    }
+    for row in report["scenarios"]:
+        for engine in ("candidate", "production"):
+            metrics = row[engine]
+            for name in (
+                "collision",
+                "min_ttc_s",
+                "progress_m",
+                "hard_brakes",
+                "max_abs_jerk_mps3",
+                "fallback_activations",
+                "planner_p95_ms",
+                "perception_p95_ms",
+            ):
+                assert name in metrics
+    # Both engines are untrained networks: near-zero confidence, fallback from the first step.
+    assert all(row["candidate"]["fallback_activations"] >= 1 for row in report["scenarios"])
+    # Records: production's failures are recorded against production's version.
+    failed = {e["id"]: e["first_failed_by"] for e in library["scenarios"]}
+    for row in report["scenarios"]:
+        if not row["production"]["passed"]:
+            assert failed[row["scenario_id"]] == "bootstrap-0"
+    # Shards are the current partition values on main, for this candidate.
+    for shard in SHARDS:
+        assert lake.get_json(MAIN_BRANCH, shard_result_key(shard))["model_version"] == "1"
+    # The check re-ran the gate on the published report and agrees with it.
+    [evaluation] = result.get_asset_check_evaluations()
+    assert evaluation.passed == report["passed"]
+    assert evaluation.metadata["report_verdict_matches"].value is True
+    metadata = result.asset_materializations_for_node("regression_report")[0].metadata
+    assert "Regression simulation" in metadata["report"].value
+    assert metadata["scenarios"].value.records
+    with mlflow_tracking_uri(cycle["tracking_uri"]):
+        listed = mlflow.MlflowClient().list_artifacts(run_id, "regression_simulation")
+        stored = json.loads(
+            mlflow.artifacts.load_text(f"runs:/{run_id}/regression_simulation/report.json")
+        )
+    assert {item.path for item in listed} == {
+        "regression_simulation/report.md",
+        "regression_simulation/report.json",
+    }
+    assert stored["model_version"] == "1" and stored["passed"] == report["passed"]
+
+
+def test_reckless_candidate_is_refused_for_new_failures(cycle, sensor_cycle):
+    lake = cycle["lake"]
+    _, result = run_cycle(cycle, "2", reckless_onnx())
+    report = lake.get_json(MAIN_BRANCH, report_key("2"))
+    assert report["passed"] is False
+    new_failures = [row for row in report["scenarios"] if row["status"] == "new_failure"]
+    assert new_failures, "a never-braking engine must fail where the cautious production passes"
+    for row in new_failures:
+        assert row["production"]["passed"] and not row["candidate"]["passed"]
+        assert any(f.startswith(f"new failure {row['scenario_id']}") for f in report["failures"])
+    [evaluation] = result.get_asset_check_evaluations()
+    assert evaluation.passed is False
+    assert set(evaluation.metadata["new_failures"].value) == {
+        r["scenario_id"] for r in new_failures
+    }
+    # The refused candidate's failures are recorded; it fixes nothing.
+    library = {e["id"]: e for e in lake.get_json(MAIN_BRANCH, LIBRARY_KEY)["scenarios"]}
+    for row in new_failures:
+        assert library[row["scenario_id"]]["first_failed_by"] == "2"
+    assert all(entry["first_fixed_by"] != "2" for entry in library.values())
+    # Production outcomes were reused from the cache, not simulated again.
+    shard = lake.get_json(MAIN_BRANCH, shard_result_key("shard-00"))
+    assert shard["reused_runs"] >= len(shard["scenarios"])
+    assert all(row["cached"]["production"] for row in shard["scenarios"])
+    assert lake.list_objects(MAIN_BRANCH, RESULTS_PREFIX)
+
+
+def test_report_refuses_shards_of_different_candidates(cycle):
+    lake, resources, instance = cycle["lake"], cycle["resources"], cycle["instance"]
+    before = lake.get_json(MAIN_BRANCH, report_key("2"))
+    result = materialize(
+        instance, resources, "regression_simulation", partition_key="shard-00", model_version="1"
+    )
+    assert result.success
+    failed = materialize(instance, resources, "regression_report", raise_on_error=False)
+    assert not failed.success
+    [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = failure.step_failure_data.error
+    message = error.cause.message if error.cause else error.message
+    assert "different candidates" in message and "model_version" in message
+    assert "shard-00: model_version=1" in message and "shard-01: model_version=2" in message
+    assert lake.get_json(MAIN_BRANCH, report_key("2")) == before  # main untouched
+
+
+def test_library_rebuild_never_drops_scenarios(cycle, test_resources):
+    lake, resources, instance = cycle["lake"], cycle["resources"], cycle["instance"]
+    before = lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
+    moved = test_resources / "cruise.yaml.removed"
+    (test_resources / "scenarios" / "cruise.yaml").rename(moved)
+    try:
+        publish_fleet_tables(lake, [LogSpec("log-c-new", lighting="night")], "fleet-tables-2")
+        assert materialize(instance, resources, "scenario_library").success
+    finally:
+        moved.rename(test_resources / "scenarios" / "cruise.yaml")
+    after = lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
+    before_ids = {e["id"] for e in before["scenarios"]}
+    after_by_id = {e["id"]: e for e in after["scenarios"]}
+    assert before_ids < set(after_by_id)
+    assert "log-log-c-new" in after_by_id
+    assert after_by_id["cruise"]["orphaned"] is True  # its file is gone; the scenario stays
+    assert after["library_version"] == before["library_version"] + 1
+    kept = {e["id"]: e["first_failed_by"] for e in before["scenarios"]}
+    assert all(after_by_id[i]["first_failed_by"] == kept[i] for i in kept)
