@@ -134,6 +134,30 @@ def status() -> None:
     render_status(_lake(), console)
 
 
+@app.command("trace")
+def trace(
+    query: str = typer.Argument(
+        ..., help="an engine sha256 (or a prefix of 8+ hex), a model version or a VIN"
+    ),
+    public_key: list[str] = typer.Option(
+        [], "--public-key", help="trusted certificate public key (hex); repeatable"
+    ),
+) -> None:
+    """Which model runs there, the dataset commit that trained it, the raw log commits that
+    fed the dataset, and the reports that certified it."""
+    from aiinfra_pipelines.release.keys import trusted_certificate_keys
+    from aiinfra_pipelines.release.trace import TraceNotFound, render_trace
+    from aiinfra_pipelines.release.trace import trace as trace_query
+
+    lake = _lake()
+    try:
+        result = trace_query(lake, query, trusted_certificate_keys(public_key))
+    except TraceNotFound as error:
+        console.print(f"[red]{escape(str(error))}[/]")
+        raise typer.Exit(code=1) from None
+    render_trace(result, console)
+
+
 @app.command("demo")
 def demo(
     vehicles: int = typer.Option(4, min=1),

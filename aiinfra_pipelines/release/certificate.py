@@ -1,0 +1,499 @@
+"""Certification: every gate re-verified from the published reports, and a signed record of it.
+
+The gates ran in earlier layers and runs; certification trusts none of those runs, only what is
+on ``main``: the candidate manifest, each gate's report (present, ``passed: true``, for the
+same model version, byte-identical to the hash the manifest recorded) and the engine and ONNX
+files (hashes as the manifest says). The certificate binds all those hashes under an Ed25519
+signature, so changing any of them later — a report edited on ``main``, an engine swapped —
+fails ``verify_certificate``, which every release step calls before it acts.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
+
+from .keys import key_id
+
+CANDIDATES_PREFIX = "candidates/"
+LATEST_CANDIDATE_KEY = f"{CANDIDATES_PREFIX}latest.json"
+CERTIFICATE_SCHEMA = "aiinfra.certificate/v1"
+SIGNATURE_ALGORITHM = "ed25519"
+# The pseudo-gate for the files the certificate vouches for (manifest, ONNX, engine).
+ARTIFACTS_GATE = "artifacts"
+DEFAULT_REQUIRED_REPORTS = (
+    "offline_eval",
+    "engine_parity",
+    "engine_benchmark",
+    "regression_simulation",
+)
+
+
+class CertificationRefused(Exception):
+    """A candidate failed one or more gates; ``failures`` names every one of them."""
+
+    def __init__(self, model_version: str, failures: list[GateFailure]) -> None:
+        self.model_version = model_version
+        self.failures = failures
+        super().__init__(refusal_message(model_version, failures))
+
+    @property
+    def failed_gates(self) -> list[str]:
+        return sorted({failure.gate for failure in self.failures})
+
+    def __reduce__(self):  # type: ignore[override]
+        # Dagster ships errors across processes; rebuild from the constructor arguments.
+        return (type(self), (self.model_version, self.failures))
+
+
+class CertificateError(Exception):
+    """A certificate is missing, malformed, not validly signed, or no longer matches the lake."""
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    gate: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class GateEvidence:
+    """One gate's report as found on ``main``."""
+
+    gate: str
+    key: str
+    sha256: str | None
+    passed: bool
+    in_manifest: bool
+
+
+@dataclass
+class CandidateEvidence:
+    """Everything certification looked at for one model version, and what failed."""
+
+    model_version: str
+    manifest_key: str
+    manifest: dict[str, Any] | None
+    manifest_sha256: str | None
+    gates: list[GateEvidence] = field(default_factory=list)
+    failures: list[GateFailure] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+# ---------------------------------------------------------------------------------- layout
+def candidate_prefix(model_version: str) -> str:
+    return f"{CANDIDATES_PREFIX}{model_version}/"
+
+
+def manifest_key(model_version: str) -> str:
+    return f"{candidate_prefix(model_version)}manifest.json"
+
+
+def certificate_key(model_version: str) -> str:
+    return f"{candidate_prefix(model_version)}certificate.json"
+
+
+def default_report_key(model_version: str, gate: str) -> str:
+    return f"{candidate_prefix(model_version)}reports/{gate}.json"
+
+
+def required_gates() -> list[str]:
+    """``resources/gates.yaml`` → ``release.required_reports``: the gates certification needs."""
+    release = load_resource_yaml("gates.yaml").get("release") or {}
+    gates = release.get("required_reports") or list(DEFAULT_REQUIRED_REPORTS)
+    return [str(gate) for gate in gates]
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def latest_candidate(lake: VersionedLake, ref: str = MAIN_BRANCH) -> str:
+    """The newest published candidate's model version (``candidates/latest.json``)."""
+    if not lake.object_exists(ref, LATEST_CANDIDATE_KEY):
+        raise CertificateError(
+            f"no published candidate: {LATEST_CANDIDATE_KEY} is not on {ref} "
+            "(materialize published_engine first)"
+        )
+    return str(lake.get_json(ref, LATEST_CANDIDATE_KEY)["model_version"])
+
+
+def refusal_message(model_version: str, failures: list[GateFailure]) -> str:
+    gates = sorted({failure.gate for failure in failures})
+    details = "; ".join(f"{failure.gate}: {failure.reason}" for failure in failures)
+    return (
+        f"candidate model version {model_version} refused: {len(gates)} gate(s) failed "
+        f"({', '.join(gates)}) — {details}"
+    )
+
+
+# ------------------------------------------------------------------------- gate evaluation
+def _read(lake: VersionedLake, ref: str, key: str) -> bytes | None:
+    return lake.get_object(ref, key) if lake.object_exists(ref, key) else None
+
+
+def _summarize_failures(report: Mapping[str, Any]) -> str:
+    detail = report.get("failures")
+    if not detail:
+        return ""
+    text = json.dumps(detail, sort_keys=True, default=str)
+    return f" ({text[:200]}{'…' if len(text) > 200 else ''})"
+
+
+def _evaluate_report(
+    lake: VersionedLake,
+    ref: str,
+    model_version: str,
+    gate: str,
+    manifest: Mapping[str, Any] | None,
+    evidence: CandidateEvidence,
+) -> None:
+    listed = ((manifest or {}).get("reports") or {}).get(gate)
+    key = (
+        str(listed["key"])
+        if listed and listed.get("key")
+        else default_report_key(model_version, gate)
+    )
+    data = _read(lake, ref, key)
+    if data is None:
+        evidence.failures.append(GateFailure(gate, f"report missing ({key})"))
+        evidence.gates.append(GateEvidence(gate, key, None, False, listed is not None))
+        return
+    digest = sha256_hex(data)
+    problems: list[str] = []
+    try:
+        report = json.loads(data)
+        if not isinstance(report, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as error:
+        report = {}
+        problems.append(f"report unreadable ({error})")
+    else:
+        if report.get("passed") is not True:
+            problems.append(
+                f"reported passed={json.dumps(report.get('passed'))}{_summarize_failures(report)}"
+            )
+        reported_version = report.get("model_version")
+        if str(reported_version) != model_version:
+            problems.append(
+                f"report is for model version {reported_version!r}, not {model_version!r}"
+            )
+    if listed is not None and listed.get("sha256") != digest:
+        problems.append(
+            f"sha256 {digest[:12]} does not match the manifest's "
+            f"{str(listed.get('sha256'))[:12]} (report changed after publication)"
+        )
+    for problem in problems:
+        evidence.failures.append(GateFailure(gate, problem))
+    evidence.gates.append(GateEvidence(gate, key, digest, not problems, listed is not None))
+
+
+def _evaluate_artifacts(
+    lake: VersionedLake, ref: str, manifest: Mapping[str, Any], evidence: CandidateEvidence
+) -> None:
+    """The ONNX and the shipped engine must be on ``main`` byte for byte as the manifest says."""
+    for label, entry in (("onnx", manifest.get("onnx")), ("engine", manifest.get("ship"))):
+        if not entry or not entry.get("key") or not entry.get("sha256"):
+            evidence.failures.append(
+                GateFailure(ARTIFACTS_GATE, f"manifest has no {label} key/sha256")
+            )
+            continue
+        data = _read(lake, ref, str(entry["key"]))
+        if data is None:
+            evidence.failures.append(
+                GateFailure(ARTIFACTS_GATE, f"{label} missing ({entry['key']})")
+            )
+        elif sha256_hex(data) != entry["sha256"]:
+            evidence.failures.append(
+                GateFailure(
+                    ARTIFACTS_GATE,
+                    f"{label} {entry['key']} has sha256 {sha256_hex(data)[:12]}, the manifest "
+                    f"says {str(entry['sha256'])[:12]}",
+                )
+            )
+
+
+def collect_evidence(
+    lake: VersionedLake,
+    model_version: str,
+    ref: str = MAIN_BRANCH,
+    gates: Iterable[str] | None = None,
+) -> CandidateEvidence:
+    """Re-verify every required gate of ``model_version`` from what is on ``ref``.
+
+    Never stops at the first failure: the result names every failed gate, so one refusal tells
+    the operator everything that must be fixed.
+    """
+    model_version = str(model_version)
+    key = manifest_key(model_version)
+    manifest_bytes = _read(lake, ref, key)
+    manifest: dict[str, Any] | None = None
+    evidence = CandidateEvidence(
+        model_version=model_version,
+        manifest_key=key,
+        manifest=None,
+        manifest_sha256=sha256_hex(manifest_bytes) if manifest_bytes is not None else None,
+    )
+    if manifest_bytes is None:
+        evidence.failures.append(GateFailure(ARTIFACTS_GATE, f"candidate manifest missing ({key})"))
+    else:
+        try:
+            manifest = json.loads(manifest_bytes)
+            if not isinstance(manifest, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as error:
+            manifest = None
+            evidence.failures.append(
+                GateFailure(ARTIFACTS_GATE, f"candidate manifest {key} unreadable ({error})")
+            )
+    if manifest is not None:
+        evidence.manifest = manifest
+        if str(manifest.get("model_version")) != model_version:
+            evidence.failures.append(
+                GateFailure(
+                    ARTIFACTS_GATE,
+                    f"manifest {key} is for model version {manifest.get('model_version')!r}",
+                )
+            )
+        _evaluate_artifacts(lake, ref, manifest, evidence)
+    for gate in gates if gates is not None else required_gates():
+        _evaluate_report(lake, ref, model_version, gate, manifest, evidence)
+    return evidence
+
+
+# ------------------------------------------------------------------------ signing, checking
+def canonical_bytes(body: Mapping[str, Any]) -> bytes:
+    """The exact bytes a signature covers: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def build_certificate(
+    evidence: CandidateEvidence,
+    *,
+    signer: Ed25519PrivateKey,
+    issued_at: datetime | None = None,
+    issued_by: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The signed certificate document for a candidate that passed every gate."""
+    if not evidence.passed or evidence.manifest is None:
+        raise CertificationRefused(evidence.model_version, evidence.failures)
+    manifest = evidence.manifest
+    ship = manifest["ship"]
+    engine_bytes = (manifest.get("engines") or {}).get(ship.get("precision"), {}).get("bytes")
+    body = {
+        "schema": CERTIFICATE_SCHEMA,
+        "model_version": evidence.model_version,
+        "registered_model": manifest.get("registered_model"),
+        "mlflow_run_id": manifest.get("mlflow_run_id"),
+        "model_uri": manifest.get("model_uri"),
+        "dataset_version": manifest.get("dataset_version"),
+        "dataset_commit": manifest.get("dataset_commit"),
+        "code_version": manifest.get("code_version"),
+        "manifest": {"key": evidence.manifest_key, "sha256": evidence.manifest_sha256},
+        "onnx": {"key": manifest["onnx"]["key"], "sha256": manifest["onnx"]["sha256"]},
+        "engine": {
+            "key": ship["key"],
+            "sha256": ship["sha256"],
+            "precision": ship.get("precision"),
+            "target": ship.get("target"),
+            "bytes": engine_bytes,
+        },
+        "reports": {
+            gate.gate: {"key": gate.key, "sha256": gate.sha256, "passed": gate.passed}
+            for gate in evidence.gates
+        },
+        "issued_at": (issued_at or datetime.now(UTC)).isoformat(),
+        "issued_by": dict(issued_by or {}),
+        "key_id": key_id(signer.public_key()),
+    }
+    return sign_certificate(body, signer)
+
+
+def sign_certificate(body: Mapping[str, Any], signer: Ed25519PrivateKey) -> dict[str, Any]:
+    signature = signer.sign(canonical_bytes(body))
+    return {
+        "certificate": dict(body),
+        "signature": {
+            "algorithm": SIGNATURE_ALGORITHM,
+            "key_id": key_id(signer.public_key()),
+            "value": base64.b64encode(signature).decode(),
+        },
+    }
+
+
+def certificate_bytes(document: Mapping[str, Any]) -> bytes:
+    """The stored form: indented, sorted JSON (the signature covers the canonical body only)."""
+    return (json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def _trusted(public_keys: Ed25519PublicKey | Iterable[Ed25519PublicKey]) -> dict[str, Any]:
+    keys = [public_keys] if isinstance(public_keys, Ed25519PublicKey) else list(public_keys)
+    if not keys:
+        raise CertificateError("no trusted public key given to verify the certificate with")
+    return {key_id(key): key for key in keys}
+
+
+def verify_signature(
+    document: Mapping[str, Any], public_keys: Ed25519PublicKey | Iterable[Ed25519PublicKey]
+) -> dict[str, Any]:
+    """The certificate body, once its signature verifies with one of ``public_keys``."""
+    try:
+        body = document["certificate"]
+        signature = document["signature"]
+        algorithm, signer_id = signature["algorithm"], signature["key_id"]
+        value = base64.b64decode(signature["value"], validate=True)
+    except (KeyError, TypeError, ValueError) as error:
+        raise CertificateError(f"malformed certificate: {error!r}") from None
+    if algorithm != SIGNATURE_ALGORITHM:
+        raise CertificateError(f"unsupported signature algorithm {algorithm!r}")
+    trusted = _trusted(public_keys)
+    if signer_id not in trusted:
+        raise CertificateError(
+            f"certificate signed by unknown key {str(signer_id)[:16]}; trusted: "
+            f"{', '.join(k[:16] for k in trusted)}"
+        )
+    try:
+        trusted[signer_id].verify(value, canonical_bytes(body))
+    except InvalidSignature:
+        raise CertificateError(
+            "bad signature: the certificate was altered after signing or was not signed by "
+            f"key {str(signer_id)[:16]}"
+        ) from None
+    return dict(body)
+
+
+def verify_certificate(
+    lake: VersionedLake,
+    model_version: str,
+    public_keys: Ed25519PublicKey | Iterable[Ed25519PublicKey],
+    ref: str = MAIN_BRANCH,
+) -> dict[str, Any]:
+    """Check ``model_version``'s certificate on ``ref`` and everything it vouches for.
+
+    Returns the certified body plus ``certificate_key`` and ``certificate_sha256``. Raises
+    ``CertificateError`` naming the problem: missing, malformed, bad signature or unknown key,
+    issued for another version, or — after the signature holds — every report, engine or ONNX
+    file whose bytes on ``ref`` no longer match the certified hash (tampered or missing).
+    """
+    model_version = str(model_version)
+    key = certificate_key(model_version)
+    data = _read(lake, ref, key)
+    if data is None:
+        raise CertificateError(f"model version {model_version} is not certified: no {key} on {ref}")
+    try:
+        document = json.loads(data)
+    except ValueError as error:
+        raise CertificateError(f"{key} is not valid JSON: {error}") from None
+    body = verify_signature(document, public_keys)
+    if str(body.get("model_version")) != model_version:
+        raise CertificateError(
+            f"{key} certifies model version {body.get('model_version')!r}, not {model_version!r}"
+        )
+    problems: list[str] = []
+    certified = [(f"report {gate}", entry) for gate, entry in sorted(body["reports"].items())]
+    certified += [("engine", body["engine"]), ("onnx", body["onnx"])]
+    for label, entry in certified:
+        current = _read(lake, ref, entry["key"])
+        if current is None:
+            problems.append(f"{label} missing ({entry['key']})")
+        elif sha256_hex(current) != entry["sha256"]:
+            problems.append(
+                f"{label} {entry['key']} was changed after certification (tampered: sha256 "
+                f"{sha256_hex(current)[:12]} != certified {entry['sha256'][:12]})"
+            )
+    if problems:
+        raise CertificateError(
+            f"certificate of model version {model_version} no longer holds: " + "; ".join(problems)
+        )
+    return {**body, "certificate_key": key, "certificate_sha256": sha256_hex(data)}
+
+
+def certificate_matches(body: Mapping[str, Any], evidence: CandidateEvidence) -> bool:
+    """Whether an existing certificate vouches for exactly the evidence found now."""
+    manifest = evidence.manifest or {}
+    current_reports = {gate.gate: gate.sha256 for gate in evidence.gates}
+    certified_reports = {gate: entry["sha256"] for gate, entry in body["reports"].items()}
+    return (
+        current_reports == certified_reports
+        and body["engine"]["sha256"] == (manifest.get("ship") or {}).get("sha256")
+        and body["onnx"]["sha256"] == (manifest.get("onnx") or {}).get("sha256")
+    )
+
+
+# ------------------------------------------------------------------------------- certifying
+@dataclass(frozen=True)
+class CertificationOutcome:
+    """A certified candidate: the verified certificate body and where it is on ``main``."""
+
+    model_version: str
+    certificate: dict[str, Any]
+    certificate_key: str
+    certificate_sha256: str
+    # The merge commit that published the certificate; None when a valid one was reused.
+    commit: str | None
+
+    @property
+    def reused(self) -> bool:
+        return self.commit is None
+
+
+def certify_candidate(
+    lake: VersionedLake,
+    model_version: str,
+    signer: Ed25519PrivateKey,
+    *,
+    root_run_id: str,
+    issued_by: Mapping[str, str] | None = None,
+    issued_at: datetime | None = None,
+) -> CertificationOutcome:
+    """Certify ``model_version`` or raise ``CertificationRefused`` naming every failed gate.
+
+    The certificate reaches ``main`` by write–audit–publish (run branch, commit, merge). A
+    certificate already on ``main`` that verifies with this key and vouches for exactly the
+    current evidence is kept rather than re-issued, so a re-run changes nothing downstream.
+    """
+    model_version = str(model_version)
+    evidence = collect_evidence(lake, model_version)
+    if not evidence.passed:
+        raise CertificationRefused(model_version, evidence.failures)
+    key = certificate_key(model_version)
+    if lake.object_exists(MAIN_BRANCH, key):
+        try:
+            existing = verify_certificate(lake, model_version, signer.public_key())
+        except CertificateError:
+            existing = None  # signed by a rotated key or no longer valid: issue a new one
+        if existing is not None and certificate_matches(existing, evidence):
+            return CertificationOutcome(
+                model_version, existing, key, existing["certificate_sha256"], None
+            )
+    document = build_certificate(evidence, signer=signer, issued_at=issued_at, issued_by=issued_by)
+    data = certificate_bytes(document)
+    commit = publish_objects(
+        lake,
+        root_run_id,
+        {key: data},
+        f"certificate for model version {model_version}",
+        {
+            "kind": "certificate",
+            "model_version": model_version,
+            "certificate_sha256": sha256_hex(data),
+            "engine_sha256": str(document["certificate"]["engine"]["sha256"]),
+        },
+    )
+    body = verify_certificate(lake, model_version, signer.public_key())
+    return CertificationOutcome(model_version, body, key, body["certificate_sha256"], commit)
