@@ -1,0 +1,127 @@
+"""``rollout_sensor``: certified → shadow → first stage → fresh telemetry, never twice.
+
+Every run request the sensor returns is executed as Dagster would (its asset selection and
+run config through ``dg.materialize``), so the test walks the loop the daemon walks.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+from dagster._core.storage.dagster_run import DagsterRun
+
+from aiinfra_pipelines.release.assets_ota import ota_release
+from aiinfra_pipelines.release.assets_rollout import rollout, shadow_report
+from aiinfra_pipelines.release.rollout import read_state
+from aiinfra_pipelines.sensors.rollout_sensor import RELEASE_STEP_TAG, rollout_sensor
+from aiinfra_pipelines_tests.operations.lake_state import (
+    build_release_world,
+    cautious_engine_bytes,
+    fleet_vins,
+    materialize_telemetry,
+    network_engine_bytes,
+    publish_candidate,
+    reckless_engine_bytes,
+    sha,
+    telemetry_records,
+)
+
+VINS = fleet_vins(8)
+
+
+def tick(instance, lake, cursor=None):
+    return rollout_sensor(
+        dg.build_sensor_context(instance=instance, resources={"lake": lake}, cursor=cursor)
+    )
+
+
+def execute(instance, resources, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        [shadow_report, rollout, ota_release],
+        selection=request.asset_selection,
+        instance=instance,
+        resources=resources,
+        run_config=request.run_config,
+        tags=request.tags,
+    )
+
+
+@pytest.fixture
+def world(tmp_path):
+    world = build_release_world(tmp_path, reckless_engine_bytes())
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        yield {**world, "instance": instance}
+
+
+def test_the_loop_from_certificate_to_stages_requests_each_step_once(world):
+    lake, instance, resources = world["lake"], world["instance"], world["resources"]
+
+    first = tick(instance, lake)
+    (shadow,) = first.run_requests
+    assert shadow.run_key == "shadow-2"
+    assert shadow.asset_selection == [dg.AssetKey("shadow_report")]
+    assert shadow.run_config == {"ops": {"shadow_report": {"config": {"model_version": "2"}}}}
+    assert isinstance(tick(instance, lake, first.cursor), dg.SkipReason)  # duplicate tick
+    assert [r.run_key for r in tick(instance, lake).run_requests] == ["shadow-2"]  # lost cursor:
+    # the same run key again, which Dagster never launches twice
+
+    execute(instance, resources, shadow)
+    (start,) = tick(instance, lake, first.cursor).run_requests
+    assert start.run_key == "rollout-2-shadow-none"
+    # The decision and the OTA repository it implies are one run.
+    assert start.asset_selection == [dg.AssetKey("rollout"), dg.AssetKey("ota_release")]
+    started = execute(instance, resources, start)
+    assert read_state(lake, "2")["stage"] == "canary"
+    (ota,) = [
+        e for e in started.get_asset_materialization_events() if e.asset_key.path == ["ota_release"]
+    ]
+    assert ota.materialization.metadata["engines"].value.get("candidate") == "2"
+    assert isinstance(tick(instance, lake, first.cursor), dg.SkipReason)  # no telemetry yet
+
+    published = materialize_telemetry(
+        instance,
+        resources,
+        "t1",
+        telemetry_records(sha(reckless_engine_bytes()), VINS[:2], frames=150, cohort="candidate")
+        + telemetry_records(sha(cautious_engine_bytes()), VINS[2:], frames=150),
+    )
+    fresh = tick(instance, lake, first.cursor)
+    (judge,) = fresh.run_requests
+    assert judge.run_key == f"rollout-2-canary-{published['main_commit']}"
+    execute(instance, resources, judge)
+    assert read_state(lake, "2")["stage"] == "early"
+    again = tick(instance, lake, fresh.cursor)
+    assert isinstance(again, dg.SkipReason)
+    assert isinstance(tick(instance, lake), dg.SkipReason)  # decided telemetry: nothing to do
+
+
+def test_a_newer_candidate_shadows_at_once_but_waits_for_the_active_rollout(world):
+    lake, instance, resources = world["lake"], world["instance"], world["resources"]
+    for _ in range(2):  # shadow v2, start its canary
+        (request,) = tick(instance, lake).run_requests
+        execute(instance, resources, request)
+    assert read_state(lake, "2")["status"] == "in_progress"
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=world["uri"], registry_uri=world["uri"])
+    client.create_model_version("perception", source="runs:/run-3/model")
+    publish_candidate(lake, "3", network_engine_bytes(9), resources["release_keys"])
+    (shadow,) = tick(instance, lake).run_requests
+    assert shadow.run_key == "shadow-3"
+    execute(instance, resources, shadow)
+    assert read_state(lake, "3")["status"] == "shadow"
+    assert isinstance(tick(instance, lake), dg.SkipReason)  # v2 is still active
+
+
+def test_nothing_is_requested_while_a_release_run_is_in_flight(world):
+    lake, instance = world["lake"], world["instance"]
+    instance.add_run(
+        DagsterRun(
+            job_name="__ephemeral_asset_job__",
+            status=dg.DagsterRunStatus.STARTED,
+            tags={RELEASE_STEP_TAG: "rollout"},
+        )
+    )
+    skipped = tick(instance, lake)
+    assert isinstance(skipped, dg.SkipReason) and "in flight" in skipped.skip_message

@@ -1,0 +1,342 @@
+"""The rollout state machine on telemetry as fleet_telemetry publishes it (no Dagster)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from aiinfra_pipelines.release.rollout import (
+    AWAITING_APPROVAL,
+    COMPLETED,
+    IN_PROGRESS,
+    ROLLED_BACK,
+    RolloutError,
+    RolloutSettings,
+    approve_next_stage,
+    cohort_metrics,
+    compare_cohorts,
+    evaluate_stage,
+    new_rollout_state,
+    roll_back,
+    start_rollout,
+    was_production,
+)
+from aiinfra_pipelines_tests.operations.lake_state import (
+    fleet_vins,
+    published_records,
+    telemetry_records,
+)
+
+CANDIDATE = "c" * 64
+PRODUCTION = "b" * 64
+OTHER = "e" * 64
+VINS = fleet_vins(8)
+GATES = {
+    "version": "gates-test",
+    "release": {
+        "rollout": {
+            "stages": [
+                {
+                    "name": "canary",
+                    "percent": 1,
+                    "min_candidate_frames": 100,
+                    "min_candidate_vehicles": 1,
+                },
+                {
+                    "name": "early",
+                    "percent": 10,
+                    "min_candidate_frames": 200,
+                    "min_candidate_vehicles": 2,
+                },
+                {"name": "full", "percent": 100},
+            ],
+            "min_control_frames": 200,
+            "approval_required_from_percent": 100,
+            "budgets": {
+                "collision_rate_per_1k_frames": 0.5,
+                "near_miss_rate_per_1k_frames": 2.0,
+                "fallback_rate": 0.05,
+                "latency_p95_ms": 10.0,
+                "confidence_mean_drop": 0.1,
+            },
+        }
+    },
+}
+SETTINGS = RolloutSettings.from_gates(GATES)
+PRODUCTION_POINTER = {
+    "version": "1",
+    "onnx_key": "candidates/1/int8.onnx",
+    "engine_sha256": PRODUCTION,
+    "commit": "m0",
+    "model_uri": "runs:/r1/model",
+}
+
+
+def shadow_state(passed: bool = True) -> dict:
+    return new_rollout_state(
+        "2",
+        CANDIDATE,
+        engine_key="candidates/2/int8.onnx",
+        model_uri="runs:/r2/model",
+        production=PRODUCTION_POINTER,
+        production_engine_sha256=PRODUCTION,
+        shadow={
+            "passed": passed,
+            "frames": 500,
+            "decision_agreement": 0.9,
+            "reasons": [] if passed else ["too few frames"],
+        },
+        at="t0",
+    )
+
+
+def started() -> dict:
+    state, decision = start_rollout(
+        shadow_state(),
+        SETTINGS,
+        telemetry_commit="T0",
+        production=PRODUCTION_POINTER,
+        production_engine_sha256=PRODUCTION,
+        active_rollout=None,
+        at="t1",
+    )
+    assert decision.action == "start"
+    return state
+
+
+def fleet(
+    candidate: dict | None = None, control: dict | None = None, tag: str = "w"
+) -> pd.DataFrame:
+    """Candidate telemetry from VINS[:2], control from VINS[2:], 150 frames per vehicle."""
+    records = telemetry_records(
+        CANDIDATE, VINS[:2], frames=150, cohort="candidate", tag=tag, **(candidate or {})
+    )
+    records += telemetry_records(PRODUCTION, VINS[2:], frames=150, tag=tag, **(control or {}))
+    return published_records(records)
+
+
+def test_the_configured_gates_parse_and_full_rollout_always_needs_approval():
+    settings = RolloutSettings.from_gates()
+    assert settings.stages[-1].percent == 100.0
+    assert settings.needs_approval(len(settings.stages) - 1)
+    assert not settings.needs_approval(0)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"stages": [{"name": "a", "percent": 10}]}, "end at 100"),
+        (
+            {
+                "stages": [
+                    {"name": "a", "percent": 50},
+                    {"name": "b", "percent": 10},
+                    {"name": "c", "percent": 100},
+                ]
+            },
+            "increase",
+        ),
+        ({"budgets": {"colisions": 1.0}}, "unknown rollout budget"),
+    ],
+)
+def test_bad_rollout_settings_are_refused(change, message):
+    section = {**GATES["release"]["rollout"], **change}
+    with pytest.raises(ValueError, match=message):
+        RolloutSettings.from_gates({"release": {"rollout": section}})
+
+
+def test_shadow_must_pass_and_only_one_rollout_widens_at_a_time():
+    kept, decision = start_rollout(
+        shadow_state(passed=False),
+        SETTINGS,
+        telemetry_commit="T0",
+        production=None,
+        production_engine_sha256=PRODUCTION,
+        active_rollout=None,
+        at="t1",
+    )
+    assert decision.action == "none" and kept["status"] == "shadow"
+    assert "too few frames" in decision.reason
+    kept, decision = start_rollout(
+        shadow_state(),
+        SETTINGS,
+        telemetry_commit="T0",
+        production=None,
+        production_engine_sha256=PRODUCTION,
+        active_rollout="1",
+        at="t1",
+    )
+    assert decision.action == "none" and "1 is active" in decision.reason
+    state = started()
+    assert (state["status"], state["stage"], state["cohort_percent"]) == (IN_PROGRESS, "canary", 1)
+    assert state["previous_production"] == "1"
+    assert state["previous_production_pointer"] == PRODUCTION_POINTER
+    assert state["stage_started_telemetry_commit"] == "T0"
+
+
+def test_a_healthy_stage_advances_once_and_never_twice_on_the_same_telemetry():
+    state = started()
+    advanced, decision = evaluate_stage(
+        state, SETTINGS, telemetry_commit="T1", records=fleet(), at="t2"
+    )
+    assert decision.action == "advance"
+    assert (advanced["stage"], advanced["cohort_percent"]) == ("early", 10)
+    assert advanced["stage_started_telemetry_commit"] == "T1"
+    assert advanced["history"][-1]["decision"]["candidate"]["frames"] == 300
+    again, repeat = evaluate_stage(
+        advanced, SETTINGS, telemetry_commit="T1", records=fleet(), at="t3"
+    )
+    assert repeat.action == "none" and "no fresh telemetry" in repeat.reason
+    assert again == advanced
+
+
+def test_too_little_telemetry_waits_and_records_why():
+    state = started()
+    thin = published_records(
+        telemetry_records(CANDIDATE, VINS[:1], frames=40)
+        + telemetry_records(PRODUCTION, VINS[2:], frames=150)
+    )
+    waiting, decision = evaluate_stage(
+        state, SETTINGS, telemetry_commit="T1", records=thin, at="t2"
+    )
+    assert decision.action == "wait"
+    assert "candidate cohort has 40 frames (needs 100)" in decision.reason
+    assert waiting["status"] == IN_PROGRESS and waiting["stage"] == "canary"
+    assert waiting["last_telemetry_commit"] == "T1"
+    assert waiting["history"][-1]["event"] == "waiting"
+    nothing = published_records(telemetry_records(OTHER, VINS, frames=500))
+    _, decision = evaluate_stage(waiting, SETTINGS, telemetry_commit="T2", records=nothing, at="t3")
+    assert decision.action == "wait" and "no telemetry from the candidate engine" in decision.reason
+
+
+def test_full_rollout_waits_for_a_recorded_approval_and_never_happens_by_itself():
+    state, _ = evaluate_stage(started(), SETTINGS, telemetry_commit="T1", records=fleet(), at="t2")
+    state, decision = evaluate_stage(
+        state, SETTINGS, telemetry_commit="T2", records=fleet(tag="w2"), at="t3"
+    )
+    assert decision.action == "await_approval" and state["status"] == AWAITING_APPROVAL
+    assert state["cohort_percent"] == 10  # the cohort stays where it was
+    held, decision = evaluate_stage(
+        state, SETTINGS, telemetry_commit="T3", records=fleet(tag="w3"), at="t4"
+    )
+    assert decision.action == "hold" and held["status"] == AWAITING_APPROVAL
+    with pytest.raises(RolloutError, match="approver"):
+        approve_next_stage(held, SETTINGS, approver="  ", telemetry_commit="T3", at="t5")
+    done, decision = approve_next_stage(
+        held, SETTINGS, approver="Ada Lovelace", telemetry_commit="T3", at="t5"
+    )
+    assert decision.action == "complete"
+    assert (done["status"], done["cohort_percent"]) == (COMPLETED, 100)
+    assert done["approval"] == {"approver": "Ada Lovelace", "at": "t5", "stage": "full"}
+    assert was_production(done)
+    same, decision = approve_next_stage(
+        done, SETTINGS, approver="Ada Lovelace", telemetry_commit="T3", at="t6"
+    )
+    assert decision.action == "none" and same == done
+
+
+def test_an_approval_before_the_rollout_waits_for_one_is_refused():
+    with pytest.raises(RolloutError, match="only accepted while awaiting_approval"):
+        approve_next_stage(started(), SETTINGS, approver="Ada", telemetry_commit="T1", at="t2")
+
+
+@pytest.mark.parametrize(
+    ("candidate", "metric"),
+    [
+        ({"fallback_share": 0.4}, "fallback_rate"),
+        ({"collisions": 1}, "collision_rate_per_1k_frames"),
+        ({"latency_ms": 40.0}, "latency_p95_ms"),
+        ({"confidence": 0.55}, "confidence_mean_drop"),
+        ({"near_misses": 1}, "near_miss_rate_per_1k_frames"),
+    ],
+)
+def test_a_breach_rolls_back_and_records_the_evidence(candidate, metric):
+    state, decision = evaluate_stage(
+        started(), SETTINGS, telemetry_commit="T1", records=fleet(candidate=candidate), at="t2"
+    )
+    assert decision.action == "rollback"
+    assert metric in [breach.metric for breach in decision.breaches]
+    assert (state["status"], state["cohort_percent"]) == (ROLLED_BACK, 0.0)
+    entry = state["history"][-1]
+    assert entry["event"] == "rolled_back" and entry["restored_production"] == "1"
+    assert entry["rolled_back_from"] == IN_PROGRESS
+    assert metric in [b["metric"] for b in entry["decision"]["breaches"]]
+    assert not was_production(state)
+
+
+def test_a_better_candidate_is_no_breach():
+    better = {"fallback_share": 0.0, "confidence": 0.98, "latency_ms": 4.0}
+    worse_control = {"fallback_share": 0.3, "collisions": 1, "confidence": 0.7}
+    _, decision = evaluate_stage(
+        started(),
+        SETTINGS,
+        telemetry_commit="T1",
+        records=fleet(candidate=better, control=worse_control),
+        at="t2",
+    )
+    assert decision.action == "advance" and not decision.breaches
+
+
+def test_telemetry_keeps_being_watched_while_awaiting_approval():
+    state, _ = evaluate_stage(started(), SETTINGS, telemetry_commit="T1", records=fleet(), at="t2")
+    state, _ = evaluate_stage(
+        state, SETTINGS, telemetry_commit="T2", records=fleet(tag="b"), at="t3"
+    )
+    assert state["status"] == AWAITING_APPROVAL
+    state, decision = evaluate_stage(
+        state,
+        SETTINGS,
+        telemetry_commit="T3",
+        records=fleet(candidate={"collisions": 2}, tag="c"),
+        at="t4",
+    )
+    assert decision.action == "rollback" and state["status"] == ROLLED_BACK
+    assert state["history"][-1]["rolled_back_from"] == AWAITING_APPROVAL
+
+
+def test_operator_rollback_needs_a_reason_and_is_recorded():
+    with pytest.raises(RolloutError, match="reason"):
+        roll_back(started(), reason=" ", at="t2")
+    state, decision = roll_back(started(), reason="driver complaints", at="t2", run_id="r9")
+    assert decision.action == "rollback" and state["status"] == ROLLED_BACK
+    assert state["history"][-1]["reason"] == "operator rollback: driver complaints"
+    assert state["history"][-1]["dagster_run_id"] == "r9"
+    same, decision = roll_back(state, reason="again", at="t3")
+    assert decision.action == "none" and same == state
+
+
+def test_cohort_metrics_aggregate_the_vehicle_records():
+    records = published_records(
+        telemetry_records(
+            CANDIDATE,
+            VINS[:1],
+            frames=100,
+            fallback_share=0.1,
+            collisions=1,
+            latency_ms=10.0,
+            confidence=0.95,
+        )
+        + telemetry_records(CANDIDATE, VINS[1:2], frames=300, latency_ms=20.0, confidence=0.35)
+    )
+    metrics = cohort_metrics(records)
+    assert (metrics.vehicles, metrics.records, metrics.frames) == (2, 2, 400)
+    assert metrics.collision_rate_per_1k_frames == pytest.approx(2.5)
+    assert metrics.fallback_rate == pytest.approx(10 / 400)
+    p95 = records["latency_ms_p95"].to_numpy()
+    assert metrics.latency_p95_ms == pytest.approx((p95[0] * 100 + p95[1] * 300) / 400)
+    # confidences 0.95 and 0.35 land in the bins centred at 0.95 and 0.35
+    assert metrics.confidence_mean == pytest.approx((0.95 * 100 + 0.35 * 300) / 400)
+    assert compare_cohorts(metrics, metrics, SETTINGS.budgets) == []
+
+
+def test_records_of_other_engines_count_for_neither_cohort():
+    mixed = pd.concat(
+        [
+            fleet(),
+            published_records(telemetry_records(OTHER, VINS, frames=500, collisions=5, tag="x")),
+        ],
+        ignore_index=True,
+    )
+    _, decision = evaluate_stage(started(), SETTINGS, telemetry_commit="T1", records=mixed, at="t2")
+    assert decision.action == "advance"
+    assert decision.candidate.frames == 300 and decision.control.frames == 900
