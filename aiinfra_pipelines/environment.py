@@ -39,13 +39,7 @@ def build_lake(settings: dict[str, Any]):
     if adapter == "lakefs":
         from aiinfra_pipelines.lake.lakefs import LakeFSLake
 
-        return LakeFSLake(
-            repository=lake_settings["repository"],
-            endpoint=dg.EnvVar("LAKEFS_ENDPOINT"),
-            access_key_id=dg.EnvVar("LAKEFS_ACCESS_KEY_ID"),
-            secret_access_key=dg.EnvVar("LAKEFS_SECRET_ACCESS_KEY"),
-            storage_namespace=lake_settings.get("storage_namespace", ""),
-        )
+        return LakeFSLake.from_settings(lake_settings)  # secrets as dg.EnvVar, nothing contacted
     raise ValueError(f"unknown lake adapter {adapter!r} (expected 'local' or 'lakefs')")
 
 
@@ -53,6 +47,7 @@ def build_resources(name: str | None = None) -> dict[str, Any]:
     """Resources for one environment, keyed as the assets and sensors expect them."""
     from aiinfra_pipelines.ingest.resources import AnonymizationKey
     from aiinfra_pipelines.lake.io_manager import LakeIOManager
+    from aiinfra_pipelines.release.keys import release_keys_for_environment
     from aiinfra_pipelines.training.resources import MlflowTracking
 
     settings = load_environment(name)
@@ -77,5 +72,15 @@ def build_resources(name: str | None = None) -> dict[str, Any]:
             tracking_uri=tracking_uri,
             experiment=mlflow_settings.get("experiment", "perception"),
             checkpoint_root=mlflow_settings.get("checkpoint_root", ""),
+            artifact_location=mlflow_settings.get("artifact_location", ""),
+        ),
+        # Signing keys from dg.EnvVar in prod (release.keys_from_env, default: prod only);
+        # elsewhere dev keys generated under DAGSTER_HOME unless the variables are set.
+        "release_keys": release_keys_for_environment(
+            bool(
+                (settings.get("release") or {}).get(
+                    "keys_from_env", (name or environment_name()) == "prod"
+                )
+            )
         ),
     }

@@ -50,11 +50,32 @@ def test_definitions_load_in_every_environment(environment, monkeypatch, tmp_pat
         "gx_scene_index_categories",
     } <= check_names
     groups = {graph.get(key).group_name for key in graph.get_all_asset_keys()}
-    assert {"ingest", "mining", "datasets", "training", "evaluation"} <= groups
-    assert {"offline_eval_no_slice_regression"} <= check_names
+    assert {
+        "ingest",
+        "mining",
+        "datasets",
+        "training",
+        "evaluation",
+        "deployment",
+        "simulation",
+        "release",
+        "operations",
+    } <= groups
+    assert {
+        "offline_eval_no_slice_regression",
+        "engine_parity_within_budget",
+        "engine_benchmark_within_latency_budget",
+        "regression_no_new_failures",
+        "certificate_valid",
+    } <= check_names
     assert {sensor.name for sensor in defs.sensors} == {
         "lakefs_ingest_sensor",
         "loop_automation_sensor",
+        "retraining_sensor",
+        "regression_simulation_sensor",
+        "telemetry_sensor",
+        "rollout_sensor",
+        "loop_failure_sensor",
     }
     assert defs.resolve_job_def("training_cycle") is not None
 

@@ -4,7 +4,16 @@ import dagster as dg
 
 from aiinfra_pipelines.environment import load_environment
 
+from .failure_sensor import loop_failure_sensor
 from .ingest_sensor import lakefs_ingest_sensor
+from .retrain_sensor import retraining_sensor
+from .rollout_sensor import rollout_sensor, telemetry_sensor
+from .simulation_sensor import (
+    regression_report_job,
+    regression_shard_job,
+    regression_simulation_sensor,
+    scenario_library_job,
+)
 
 # Mining follows ingestion through automation conditions (eager on each published log).
 loop_automation_sensor = dg.AutomationConditionSensorDefinition(
@@ -14,14 +23,24 @@ loop_automation_sensor = dg.AutomationConditionSensorDefinition(
     minimum_interval_seconds=int(load_environment()["automation"]["interval_s"]),
 )
 
-# Dataset → training → evaluation as one run: the dataset commit, the model and its verdict
-# belong together. Launched by operators (UI / CLI) now, by the retraining sensor later.
+# Dataset → training → evaluation → deployment as one run: the dataset commit, the model, its
+# verdict and its engines belong together. Launched by operators (UI / CLI) and the retraining
+# sensor.
 training_cycle_job = dg.define_asset_job(
     "training_cycle",
-    selection=dg.AssetSelection.groups("datasets", "training", "evaluation"),
+    selection=dg.AssetSelection.groups("datasets", "training", "evaluation", "deployment"),
     tags={"aiinfra/resource": "gpu"},
 )
 
 defs = dg.Definitions(
-    sensors=[lakefs_ingest_sensor, loop_automation_sensor], jobs=[training_cycle_job]
+    sensors=[
+        lakefs_ingest_sensor,
+        loop_automation_sensor,
+        retraining_sensor,
+        regression_simulation_sensor,
+        telemetry_sensor,
+        rollout_sensor,
+        loop_failure_sensor,
+    ],
+    jobs=[training_cycle_job, scenario_library_job, regression_shard_job, regression_report_job],
 )

@@ -17,6 +17,7 @@ import pandas as pd
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.datasets.selection import FRAME_KEY, unseen_badcases
 from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.operations.drift import latest_drift_verdict as read_latest_drift
 
 TRAINING_JOB = "training_cycle"
 TRIGGER_TAG = "aiinfra/trigger"
@@ -69,8 +70,7 @@ def decide_retraining(
 
 def latest_drift_verdict(lake: VersionedLake) -> dict | None:
     """The newest drift_monitor verdict on main, if the operations layer has published one."""
-    # TODO(lead): wire to the operations layer's drift record once it lands.
-    return None
+    return read_latest_drift(lake)
 
 
 @dg.sensor(
