@@ -160,14 +160,14 @@ def trace(
 
 @app.command("demo")
 def demo(
-    vehicles: int = typer.Option(4, min=1),
-    episodes: int = typer.Option(2, min=1),
-    seed: int = typer.Option(7),
-    faulty_logs: int = typer.Option(1, min=0, help="corrupt logs landed to show quarantine"),
-    timeout_s: int = typer.Option(1500, help="give up waiting for the daemon after this long"),
-    train: bool = typer.Option(True, help="run the dataset → training → evaluation cycle"),
+    vehicles: int = typer.Option(None, min=1, help="cars (default: resources/demo.yaml)"),
+    episodes: int = typer.Option(None, min=1, help="drives per car and cycle"),
+    seed: int = typer.Option(None),
+    faulty_logs: int = typer.Option(None, min=0, help="corrupt logs landed to show quarantine"),
+    cycles: int = typer.Option(None, min=1, help="turns of the loop"),
+    timeout_s: int = typer.Option(None, help="give up waiting for the daemon after this long"),
 ) -> None:
-    """The main job: drive, land, and let the Dagster daemon's sensors run the loop."""
+    """The main job: drive, land, and let the Dagster daemon's sensors run the whole loop."""
     _default_dagster_home()
     from aiinfra_pipelines.demo import run_demo
 
@@ -176,9 +176,9 @@ def demo(
         episodes=episodes,
         seed=seed,
         faulty_logs=faulty_logs,
+        cycles=cycles,
         timeout_s=timeout_s,
         console=console,
-        train=train,
     )
 
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 import pandas as pd
 
 from aiinfra_pipelines.perception.contract import INPUT_NAME
+
+if TYPE_CHECKING:  # onnx loads where a comparison runs, not with the code location
+    import onnx
 
 # SQNR of an exact match is infinite; reports carry a finite ceiling (float32 noise is ~140 dB).
 SQNR_CEILING_DB = 150.0
@@ -81,6 +84,8 @@ def activation_tensors(model: onnx.ModelProto) -> list[ProducedTensor]:
 
 def expose(onnx_bytes: bytes, tensors: list[str]) -> bytes:
     """The model with ``tensors`` added as graph outputs (onnxruntime infers their types)."""
+    import onnx
+
     model = onnx.load_from_string(onnx_bytes)
     present = {value.name for value in model.graph.output}
     for name in tensors:
@@ -164,6 +169,8 @@ def layerwise_comparison(
     Columns: ``order`` (position in the FP32 graph), ``tensor``, ``node``/``op_type`` (its FP32
     producer), ``sqnr_db``, ``max_abs_error``, ``mean_abs_error``, ``cosine``.
     """
+    import onnx
+
     reference_model = onnx.load_from_string(reference_onnx)
     view = consumed_view(onnx.load_from_string(engine_onnx))
     shared = [t for t in activation_tensors(reference_model) if t.tensor in view]

@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -27,16 +27,11 @@ from aiinfra_pipelines.fleet.perception import Perception, perception_from_groun
 from aiinfra_pipelines.fleet.planner import ACTION_NAMES, RulePlanner
 from aiinfra_pipelines.fleet.scripted import ScriptedEvent, ScriptedTraffic
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
-from aiinfra_pipelines.fleet.sim_env import (
-    EgoState,
-    GroundTruthReader,
-    ego_state,
-    isolated_behaviour_class,
-    make_env,
-    render_frame,
-)
 from aiinfra_pipelines.fleet.triggers import TriggerConfig, load_trigger_config
 from aiinfra_pipelines.logs.model import OtherVehicle
+
+if TYPE_CHECKING:
+    from aiinfra_pipelines.fleet.sim_env import EgoState
 
 PERCEPTION_GROUND_TRUTH = "ground_truth"
 PERCEPTION_ENGINE = "engine"
@@ -211,6 +206,16 @@ def run_episode(
     max_range = float(cfg["perception"]["max_range_m"])
 
     planner = RulePlanner(cfg)
+    # highway-env (and pygame, matplotlib) load here, not when the code location is imported:
+    # every Dagster run process imports this module, few of them simulate.
+    from aiinfra_pipelines.fleet.sim_env import (
+        GroundTruthReader,
+        ego_state,
+        isolated_behaviour_class,
+        make_env,
+        render_frame,
+    )
+
     reader = GroundTruthReader(cfg)
     trace = _Trace()
     done = False

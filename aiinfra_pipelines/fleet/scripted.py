@@ -27,10 +27,10 @@ from ego's pose after the seeded reset.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
-from highway_env import utils as he_utils
+if TYPE_CHECKING:  # the simulator is imported only where an episode runs
+    import gymnasium as gym
 
 SIDE_LEFT, SIDE_RIGHT = "left", "right"
 # Ego may speed up while the cutter paces it: clear this multiple of the distance it would cover
@@ -90,6 +90,8 @@ class ScriptedTraffic:
         vehicle_class_path: str,
     ) -> None:
         self._env = env
+        from highway_env import utils as he_utils
+
         self._cls = he_utils.class_from_path(vehicle_class_path)
         self.fired: list[dict[str, Any]] = []
         self._actors = [self._place(event, policy_frequency_hz) for event in events]

@@ -11,7 +11,13 @@ import dagster as dg
 
 from .audits import RequiredAudit, verify_audits
 from .port import VersionedLake
-from .publish import publish_run_branch, root_run_id_of
+from .publish import (
+    MAIN_BRANCH,
+    find_publish,
+    publish_run_branch,
+    root_run_id_of,
+    run_branch_name,
+)
 
 
 def build_publish_asset(
@@ -39,6 +45,14 @@ def build_publish_asset(
         root = root_run_id_of(context.run)
         if required_audits is not None:
             verify_audits(lake, root, required_audits(partition or None), partition or None)
+        elif not lake.branch_exists(run_branch_name(root)) and find_publish(lake, root) is None:
+            # Automation can request the publish step alone (its upstream ran and published in
+            # another run). This run wrote nothing, so there is nothing to merge: say so rather
+            # than fail. With required audits this cannot happen: they would be missing.
+            context.log.info(f"run {root} wrote nothing to publish; main is unchanged")
+            return dg.MaterializeResult(
+                metadata={"main_commit": lake.resolve_ref(MAIN_BRANCH), "published": False}
+            )
         merge_commit = publish_run_branch(
             lake,
             root,
@@ -49,6 +63,7 @@ def build_publish_asset(
             metadata={
                 "main_commit": merge_commit,
                 "lake_ref": f"lakefs://{lake.repository}/{merge_commit}",
+                "published": True,
             }
         )
 

@@ -18,6 +18,8 @@ INPUT_NAME = "image"
 OCCUPANCY_OUTPUT = "occupancy_logits"
 LEAD_GAP_OUTPUT = "lead_gap"
 LANES = 3
+# The ONNX opset every exported engine uses (onnxruntime and TensorRT both support it).
+ONNX_OPSET = 17
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,19 @@ deterministic, so mining's results are reproducible and its engine hash is stabl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import importlib.metadata
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
+from aiinfra_pipelines.config import dagster_home
 from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
-from .contract import PerceptionSpec, perception_spec
+from .contract import ONNX_OPSET, PerceptionSpec, perception_spec
 from .engine import OnnxRuntimeEngine
 
 BOOTSTRAP_VERSION = "bootstrap-0"
@@ -34,9 +40,43 @@ def load_deployed_engine(
         onnx_bytes = lake.get_object(pointer.get("commit", MAIN_BRANCH), pointer["onnx_key"])
         version = str(pointer["version"])
     else:
-        from .onnx_export import bootstrap_network, export_onnx  # torch only for model zero
-
-        onnx_bytes = export_onnx(bootstrap_network(spec))
+        onnx_bytes = bootstrap_onnx(spec)
         version = BOOTSTRAP_VERSION
     engine = OnnxRuntimeEngine(onnx_bytes, spec, name=version, batch_size=batch_size)
     return DeployedEngine(engine=engine, version=version, onnx_bytes=onnx_bytes)
+
+
+def _bootstrap_cache_path(spec: PerceptionSpec) -> Path:
+    """Where model zero's ONNX is cached: keyed by everything its bytes depend on."""
+    # Versions from package metadata: importing torch and onnx would cost the seconds the
+    # cache exists to save.
+    versions = "|".join(importlib.metadata.version(name) for name in ("torch", "onnx"))
+    identity = f"{sorted(asdict(spec).items())}|opset{ONNX_OPSET}|{versions}"
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    return dagster_home() / "cache" / f"bootstrap-{digest}.onnx"
+
+
+def bootstrap_onnx(spec: PerceptionSpec) -> bytes:
+    """Model zero's ONNX, exported once per machine and cached under ``DAGSTER_HOME``.
+
+    Exporting needs torch (seconds to import) and every mining run needs model zero until the
+    first release; the export is deterministic, so the cache changes nothing but the time.
+    A cached file is used only when it still loads in onnxruntime.
+    """
+    path = _bootstrap_cache_path(spec)
+    if path.is_file():
+        data = path.read_bytes()
+        try:
+            OnnxRuntimeEngine(data, spec, batch_size=1)
+            return data
+        except Exception:  # a torn or foreign file: export again
+            path.unlink(missing_ok=True)
+    from .onnx_export import bootstrap_network, export_onnx  # torch only for model zero
+
+    data = export_onnx(bootstrap_network(spec))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
+    return data

@@ -11,10 +11,10 @@ import warnings
 
 import torch
 
-from .contract import INPUT_NAME, LEAD_GAP_OUTPUT, OCCUPANCY_OUTPUT
+from .contract import INPUT_NAME, LEAD_GAP_OUTPUT, OCCUPANCY_OUTPUT, ONNX_OPSET
 from .network import PerceptionNet
 
-OPSET = 17
+OPSET = ONNX_OPSET
 
 
 def export_onnx(net: PerceptionNet, opset: int = OPSET) -> bytes:

@@ -16,10 +16,19 @@ import pandas as pd
 
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.datasets.selection import FRAME_KEY, unseen_badcases
+from aiinfra_pipelines.ingest import definitions as ingest_layer
 from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.mining import definitions as mining_layer
 from aiinfra_pipelines.operations.drift import latest_drift_verdict as read_latest_drift
 
 TRAINING_JOB = "training_cycle"
+# The assets whose runs feed the next dataset: every asset of the ingest and mining layers.
+DATA_ASSETS = frozenset(
+    key
+    for layer in (ingest_layer, mining_layer)
+    for asset in layer.defs.assets
+    for key in asset.keys
+)
 TRIGGER_TAG = "aiinfra/trigger"
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
@@ -68,6 +77,15 @@ def decide_retraining(
     )
 
 
+def data_runs_in_flight(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
+    """Queued or running runs that ingest or mine logs (they feed the next dataset)."""
+    return [
+        run
+        for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT))
+        if run.asset_selection and run.asset_selection & DATA_ASSETS
+    ]
+
+
 def latest_drift_verdict(lake: VersionedLake) -> dict | None:
     """The newest drift_monitor verdict on main, if the operations layer has published one."""
     return read_latest_drift(lake)
@@ -88,6 +106,10 @@ def retraining_sensor(
     )
     if in_flight:
         return dg.SkipReason(f"training cycle {in_flight[0].run_id} is still in flight")
+    feeding = data_runs_in_flight(context.instance)
+    if feeding:
+        # Logs are being ingested or mined right now: a dataset cut now would miss them.
+        return dg.SkipReason(f"{len(feeding)} ingest/mining run(s) still in flight")
     decision = decide_retraining(
         unseen_badcases(lake), latest_drift_verdict(lake), retraining_settings()
     )

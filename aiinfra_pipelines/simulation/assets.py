@@ -29,6 +29,7 @@ from aiinfra_pipelines.lake.io_manager import read_asset_partitions
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects, root_run_id_of
 from aiinfra_pipelines.mining.assets import published_mining
+from aiinfra_pipelines.perception.deployed import BOOTSTRAP_VERSION
 from aiinfra_pipelines.training.resources import MlflowTracking, mlflow_tracking_uri
 
 from .candidate import CandidateError, latest_candidate_version, load_candidate, report_key
@@ -240,7 +241,12 @@ def regression_report(
         raise CandidateError(f"candidate {version}: manifest has no mlflow_run_id")
     library = read_library(lake)
     gates = load_resource_yaml("gates.yaml")
-    gate = evaluate_gate(rows, records_by_id(library), gates)
+    gate = evaluate_gate(
+        rows,
+        records_by_id(library),
+        gates,
+        first_release=str(identity["production_version"]) == BOOTSTRAP_VERSION,
+    )
     report = build_report(
         identity, rows, gate, shards=shards, gates_version=str(gates.get("version", ""))
     )
@@ -311,7 +317,12 @@ def regression_no_new_failures(
     key = metadata["report_key"].value
     report = lake.get_json(commit, key)
     outcomes, records = report_outcomes(report)
-    gate = evaluate_gate(outcomes, records, load_resource_yaml("gates.yaml"))
+    gate = evaluate_gate(
+        outcomes,
+        records,
+        load_resource_yaml("gates.yaml"),
+        first_release=bool(report["aggregate"].get("first_release")),
+    )
     return dg.AssetCheckResult(
         passed=gate.passed,
         metadata={

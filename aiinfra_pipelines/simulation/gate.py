@@ -7,7 +7,14 @@ Pure functions over per-scenario metrics, thresholds from ``gates.yaml`` ``simul
   fnmatch overrides per scenario id);
 * the candidate passes the gate when no scenario that production passes fails for it (a *new
   failure*), no scenario an earlier model version fixed fails again, and its collision rate —
-  over the whole library and per slice — exceeds production's by no more than the budgets.
+  over the whole library and per slice — exceeds production's by no more than the budgets;
+* before the first release there is no production engine to regress against: production is
+  model zero, which no car runs (its near-zero confidence makes the planner fall back on every
+  frame — a car that only ever brakes to the lowest speed). Comparing against it would only ask
+  "does the candidate drive as timidly as a car without perception". The first candidate is
+  held to absolute limits instead (``first_release``: the library's collision rate, and per
+  slice where configured); the per-scenario verdicts and production's numbers are still
+  reported, and fixed scenarios must stay fixed.
 
 Every failure is named, so the report (and certification after it) can say exactly why.
 """
@@ -147,13 +154,21 @@ def evaluate_gate(
     outcomes: Sequence[Mapping[str, Any]],
     records: Mapping[str, Mapping[str, Any]],
     gates: Mapping[str, Any] | None = None,
+    *,
+    first_release: bool = False,
 ) -> GateResult:
-    """The regression gate over every simulated scenario; see the module docstring."""
+    """The regression gate over every simulated scenario; see the module docstring.
+
+    ``first_release``: production is model zero (nothing released yet), so the absolute
+    ``first_release`` limits replace the comparison with production.
+    """
     section = gate_section(gates)
     comparisons = compare_outcomes(outcomes, records, section)
     failures: list[str] = []
     if not comparisons:
         failures.append("no scenarios were simulated: an empty library proves nothing")
+    if first_release:
+        return _first_release_gate(comparisons, section, failures)
     no_new_failures = bool(section.get("no_new_failures", True))
     keep_fixes = bool(section.get("previously_fixed_must_pass", True))
     for c in comparisons:
@@ -195,6 +210,63 @@ def evaluate_gate(
                 f"slice {name}: collision rate {rates['candidate_collision_rate']:.3f} exceeds "
                 f"production's {rates['production_collision_rate']:.3f} by "
                 f"{slice_increase:.3f} > budget {slice_budget:.3f}"
+            )
+    return GateResult(
+        passed=not failures,
+        failures=failures,
+        comparisons=comparisons,
+        aggregate=aggregate,
+        slices=slices,
+    )
+
+
+def _regressed_fixes(
+    comparisons: Sequence[ScenarioComparison], section: Mapping[str, Any]
+) -> list[str]:
+    if not bool(section.get("previously_fixed_must_pass", True)):
+        return []
+    return [
+        f"regressed fix {c.scenario_id}: fixed by model version {c.first_fixed_by}, candidate: "
+        + "; ".join(c.candidate_verdict.failures)
+        for c in comparisons
+        if not c.candidate_verdict.passed and c.first_fixed_by
+    ]
+
+
+def _first_release_gate(
+    comparisons: Sequence[ScenarioComparison], section: Mapping[str, Any], failures: list[str]
+) -> GateResult:
+    """Absolute limits for a candidate when nothing has been released yet."""
+    limits = section.get("first_release")
+    if not limits:
+        raise ValueError(
+            "gates.yaml simulation.first_release is missing: it sets the absolute limits for a "
+            "candidate when no engine has been released yet"
+        )
+    failures = [*failures, *_regressed_fixes(comparisons, section)]
+    aggregate = _rates(comparisons)
+    cap = float(limits["max_collision_rate"])
+    aggregate["first_release"] = True
+    aggregate["collision_rate_budget"] = cap
+    if comparisons and aggregate["candidate_collision_rate"] > cap + 1e-12:
+        failures.append(
+            f"first release: collision rate {aggregate['candidate_collision_rate']:.3f} "
+            f"exceeds the absolute limit {cap:.3f} (no production engine to compare with)"
+        )
+    slice_cap = limits.get("max_slice_collision_rate")
+    min_scenarios = int(section.get("min_slice_scenarios", 1))
+    slices = []
+    for name in sorted({c.slice for c in comparisons}):
+        rates = _rates([c for c in comparisons if c.slice == name])
+        gated = slice_cap is not None and rates["scenarios"] >= min_scenarios
+        slice_passed = not gated or rates["candidate_collision_rate"] <= float(slice_cap) + 1e-12
+        slices.append(
+            {"slice": name, **rates, "gated": gated, "passed": slice_passed, "budget": slice_cap}
+        )
+        if not slice_passed:
+            failures.append(
+                f"first release: slice {name} collision rate "
+                f"{rates['candidate_collision_rate']:.3f} exceeds the limit {float(slice_cap):.3f}"
             )
     return GateResult(
         passed=not failures,

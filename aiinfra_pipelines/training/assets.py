@@ -31,6 +31,18 @@ def code_version() -> str:
         return "unknown"
 
 
+def environment_training_overrides() -> dict[str, Any]:
+    """The environment's ``training:`` overrides of ``resources/training.yaml``.
+
+    The same asset trains on a laptop CPU and on a multi-GPU node; what differs (accelerator,
+    devices, strategy, precision) is environment configuration, not code. Unknown keys are
+    refused by ``load_training_config`` like any other override.
+    """
+    from aiinfra_pipelines.environment import load_environment
+
+    return dict(load_environment().get("training") or {})
+
+
 @dg.asset(
     group_name=GROUP,
     kinds={"pytorch", "mlflow"},
@@ -68,6 +80,7 @@ def trained_model(
         experiment=mlflow_tracking.experiment,
         run_tags={"dagster_run_id": context.run.run_id, "dataset_version": pointer["version"]},
         params=lineage,
+        config=environment_training_overrides(),
     )
     registered = register_model_version(
         mlflow_tracking.uri(),

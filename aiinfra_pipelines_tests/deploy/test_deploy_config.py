@@ -63,6 +63,10 @@ def test_queue_pools_and_retries_match(helm, instance) -> None:
     daemon = helm["dagsterDaemon"]
     assert daemon["runRetries"]["enabled"] == instance["run_retries"]["enabled"]
     assert daemon["runRetries"]["maxRetries"] == instance["run_retries"]["max_retries"]
+    assert (
+        daemon["runRetries"]["retryOnAssetOrOpFailure"]
+        == instance["run_retries"]["retry_on_asset_or_op_failure"]
+    )
     monitoring = instance["run_monitoring"]
     assert daemon["runMonitoring"]["startTimeoutSeconds"] == monitoring["start_timeout_seconds"]
     assert daemon["runMonitoring"]["maxResumeRunAttempts"] == monitoring["max_resume_run_attempts"]

@@ -107,6 +107,20 @@ def test_waits_while_a_training_cycle_is_in_flight(instance, mined):
     assert "in flight" in result.skip_message
 
 
+def test_waits_while_logs_are_still_being_ingested_or_mined(instance, mined):
+    lake, _ = mined
+    instance.add_run(
+        dg.DagsterRun(
+            job_name="__ASSET_JOB",
+            status=dg.DagsterRunStatus.STARTED,
+            asset_selection=frozenset({dg.AssetKey("mined_badcases")}),
+        )
+    )
+    result = _tick(instance, lake)
+    assert isinstance(result, dg.SkipReason)
+    assert "ingest/mining run(s) still in flight" in result.skip_message
+
+
 def test_decision_rules():
     settings = {"min_unseen_badcases": 3, "on_drift": True}
     empty = pd.DataFrame(columns=["log_id", "frame_index"])

@@ -143,3 +143,32 @@ def test_previously_fixed_scenario_must_keep_passing():
 def test_nothing_simulated_proves_nothing():
     result = evaluate_gate([], {}, GATES)
     assert not result.passed and "no scenarios were simulated" in result.failures[0]
+
+
+def test_first_release_is_held_to_absolute_limits_not_to_model_zero():
+    """Model zero passes by never driving fast; before any release the gate ignores it."""
+    section = {**GATES, "first_release": {"max_collision_rate": 0.5}}
+    rows = [row("a", m(collision=True), m()), row("b", m(), m()), row("c", m(), m())]
+    compared = evaluate_gate(rows, {}, section)
+    assert not compared.passed and any(f.startswith("new failure a") for f in compared.failures)
+
+    first = evaluate_gate(rows, {}, section, first_release=True)
+    assert first.passed, first.failures
+    assert first.aggregate["first_release"] is True
+    assert first.aggregate["candidate_collision_rate"] == round(1 / 3, 6)
+
+    strict = {**GATES, "first_release": {"max_collision_rate": 0.2}}
+    refused = evaluate_gate(rows, {}, strict, first_release=True)
+    assert not refused.passed
+    assert any("exceeds the absolute limit 0.200" in f for f in refused.failures)
+
+
+def test_first_release_still_keeps_fixed_scenarios_fixed_and_needs_its_limits():
+    rows = [row("a", m(collision=True), m(collision=True))]
+    records = {"a": {"first_fixed_by": "3"}}
+    section = {**GATES, "first_release": {"max_collision_rate": 1.0}}
+    result = evaluate_gate(rows, records, section, first_release=True)
+    assert any(f.startswith("regressed fix a") for f in result.failures)
+    without = {key: value for key, value in GATES.items() if key != "first_release"}
+    with pytest.raises(ValueError, match="first_release is missing"):
+        evaluate_gate(rows, {}, without, first_release=True)

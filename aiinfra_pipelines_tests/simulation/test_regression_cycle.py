@@ -12,8 +12,11 @@ import json
 import dagster as dg
 import pytest
 
+from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
+from aiinfra_pipelines.perception.contract import perception_spec
+from aiinfra_pipelines.perception.deployed import bootstrap_onnx
 from aiinfra_pipelines.sensors.simulation_sensor import regression_simulation_sensor
 from aiinfra_pipelines.simulation.candidate import report_key
 from aiinfra_pipelines.simulation.library import LIBRARY_KEY
@@ -219,10 +222,29 @@ def test_cycle_publishes_report_records_and_mlflow_artifact(cycle, sensor_cycle)
         "regression_simulation/report.json",
     }
     assert stored["model_version"] == "1" and stored["passed"] == report["passed"]
+    # Nothing released yet: production is model zero, so the absolute first-release limits
+    # apply instead of "no new failures against production".
+    assert report["aggregate"]["first_release"] is True
+
+
+def _release_cautious_production(lake) -> None:
+    """A released production engine (the cautious untrained network, as model version 1)."""
+    key = "release/engines/cautious.onnx"
+    publish_objects(
+        lake,
+        "test-release",
+        {
+            key: bootstrap_onnx(perception_spec()),
+            PRODUCTION_POINTER_KEY: json.dumps({"version": "1", "onnx_key": key}).encode(),
+        },
+        "release model version 1 (test stand-in for the release layer)",
+        {"kind": "release"},
+    )
 
 
 def test_reckless_candidate_is_refused_for_new_failures(cycle, sensor_cycle):
     lake = cycle["lake"]
+    _release_cautious_production(lake)
     _, result = run_cycle(cycle, "2", reckless_onnx())
     report = lake.get_json(MAIN_BRANCH, report_key("2"))
     assert report["passed"] is False

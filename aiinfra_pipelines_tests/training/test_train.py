@@ -323,3 +323,16 @@ def test_bad_input_fails_before_any_run_or_checkpoint_exists(
         _train(train, val, tmp_path, config=SMALL_CONFIG, max_epochs=1)
     assert not (tmp_path / "checkpoints").exists()
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_environment_overrides_the_trainer_section(monkeypatch, tmp_path):
+    """prod trains on the GPU pool with mixed precision; local keeps training.yaml as it is."""
+    from aiinfra_pipelines.training.assets import environment_training_overrides
+    from aiinfra_pipelines.training.train import load_training_config
+
+    monkeypatch.setenv("AIINFRA_ENV", "local")
+    assert environment_training_overrides() == {}
+    monkeypatch.setenv("AIINFRA_ENV", "prod")
+    prod = load_training_config(environment_training_overrides())
+    assert prod["trainer"]["accelerator"] == "gpu" and prod["trainer"]["precision"] == "16-mixed"
+    assert prod["trainer"]["deterministic"] == load_training_config()["trainer"]["deterministic"]

@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
 
 from aiinfra_pipelines.perception.contract import (
     INPUT_NAME,
@@ -148,6 +146,9 @@ def tensorrt_quantization_problems(onnx_bytes: bytes) -> list[str]:
     biases) violate both. Quantize with ``ActivationSymmetric`` and ``QuantizeBias: false``
     (the tensorrt targets in deployment.yaml) for a graph both runtimes accept.
     """
+    import onnx  # not at import time: every run process loads the code location
+    from onnx import numpy_helper
+
     model = onnx.load_from_string(onnx_bytes)
     initializers = {tensor.name: tensor for tensor in model.graph.initializer}
     problems = []

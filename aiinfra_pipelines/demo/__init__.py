@@ -1,0 +1,131 @@
+"""The main job: the whole loop, twice, driven only by the Dagster daemon and its sensors.
+
+Each cycle a small fleet drives with the engines the release layer assigned (the candidate in
+its rollout cohort, production or the previous-generation stack elsewhere) and uploads logs and
+telemetry to an ingest branch, exactly as real cars would. From there nothing is called
+directly: the real ``dagster-daemon`` ingests, mines, retrains, exports, quantizes, simulates,
+certifies, shadows, rolls out and signs OTA metadata through sensors and automation. The demo
+only waits for the loop to go quiet and reports what each stage published.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import dagster as dg
+from rich.console import Console
+from rich.rule import Rule
+
+from aiinfra_pipelines.config import dagster_home
+from aiinfra_pipelines.environment import build_lake, load_environment
+from aiinfra_pipelines.ingest.partitions import LogLocation
+
+from .daemon import DaemonProcess
+from .fleet_cycle import batch_name, drive_and_upload, fleet_assignment
+from .overlay import demo_settings, use_demo_resources
+from .summary import (
+    CycleWindow,
+    print_data_summary,
+    print_mining_summary,
+    print_release_summary,
+    print_training_summary,
+)
+from .waiting import (
+    Deadline,
+    wait_for_ingest,
+    wait_for_mining,
+    wait_for_telemetry,
+    wait_until_quiet,
+)
+
+GPU_POOL = "gpu"
+PUBLISHED_INGEST = dg.AssetKey("published_ingest")
+
+
+def corrupt_copy(data: bytes) -> bytes:
+    """A truncated upload (a connection dropped mid-transfer): what quarantine is for."""
+    return data[: len(data) * 2 // 3]
+
+
+def published_partitions(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> list[str]:
+    """Partitions whose ingest run published to main (quarantined logs stop before that)."""
+    published = instance.get_materialized_partitions(PUBLISHED_INGEST)
+    return sorted(p for p in (r.tags.get("dagster/partition") for r in runs) if p in published)
+
+
+def run_demo(
+    *,
+    vehicles: int | None = None,
+    episodes: int | None = None,
+    seed: int | None = None,
+    faulty_logs: int | None = None,
+    cycles: int | None = None,
+    timeout_s: int | None = None,
+    console: Console,
+) -> None:
+    """Run ``cycles`` turns of the loop (arguments default to ``resources/demo.yaml``)."""
+    started = time.monotonic()
+    if hasattr(sys.stdout, "reconfigure"):  # progress reaches a log file as it happens
+        sys.stdout.reconfigure(line_buffering=True)
+    settings = demo_settings()
+    fleet = settings["fleet"]
+    vehicles = vehicles or int(fleet["vehicles"])
+    episodes = episodes or int(fleet["episodes"])
+    seed = int(fleet["seed"]) if seed is None else seed
+    faulty_logs = int(fleet["faulty_logs"]) if faulty_logs is None else faulty_logs
+    cycles = cycles or int(settings["cycles"])
+    deadline = Deadline.after(timeout_s or int(settings["timeout_s"]))
+    resources = use_demo_resources(dagster_home())
+    console.print(f"demo configuration: {resources} (resources/ with resources/demo.yaml applied)")
+
+    instance = dg.DagsterInstance.get()
+    instance.event_log_storage.set_concurrency_slots(GPU_POOL, 1)
+    lake = build_lake(load_environment())
+    lake.ensure_repository()
+
+    with DaemonProcess(dagster_home() / "demo" / "daemon.log") as daemon:
+        for cycle in range(1, cycles + 1):
+            cycle_started = time.monotonic()
+            console.print(Rule(f"cycle {cycle} of {cycles}"))
+            window = CycleWindow(started=time.time())
+            assignment = fleet_assignment(lake)
+            console.print(
+                f"[bold]fleet[/] {vehicles} cars × {episodes} drives: {assignment.describe()}"
+            )
+            upload = drive_and_upload(
+                lake,
+                assignment,
+                vehicles=vehicles,
+                episodes=episodes,
+                seed=seed + cycle - 1,
+                batch_id=batch_name(cycle, seed),
+                faulty_logs=faulty_logs if cycle == 1 else 0,
+                corrupt=corrupt_copy,
+                console=console,
+            )
+            console.print(
+                f"landed {len(upload.logs.keys)} log(s) and {upload.telemetry.records} telemetry "
+                f"record(s) on [cyan]{upload.logs.branch}[/]"
+            )
+            landed = [
+                LogLocation(branch=upload.logs.branch, key=key).partition_key
+                for key in upload.logs.keys
+            ]
+            runs = wait_for_ingest(instance, landed, daemon, deadline, console)
+            print_data_summary(lake, upload, runs, console)
+            partitions = published_partitions(instance, runs)
+            wait_for_mining(instance, partitions, daemon, deadline, console)
+            print_mining_summary(lake, partitions, console)
+            wait_for_telemetry(instance, upload.telemetry.branch, daemon, deadline, console)
+            wait_until_quiet(instance, lake, daemon, deadline, console, float(settings["settle_s"]))
+            version = print_training_summary(instance, lake, window, console)
+            print_release_summary(instance, lake, window, version, console)
+            console.print(f"cycle {cycle} took {time.monotonic() - cycle_started:.0f}s")
+    console.print(Rule())
+    console.print(
+        f"demo finished in {time.monotonic() - started:.0f}s. Open the UI with "
+        f"[bold]make ui[/] (DAGSTER_HOME={dagster_home()}, AIINFRA_RESOURCES={resources}); "
+        "a full rollout needs an approval: materialize `rollout` with config "
+        "{model_version, approved_by} in the UI's launchpad."
+    )

@@ -1,0 +1,149 @@
+"""One drive of the simulated fleet with the engines the release layer assigned, and its upload.
+
+Each car drives with what the OTA repository would give it: the rollout candidate if its VIN is
+in the current cohort, otherwise the production engine — or, before the first full release,
+the previous-generation stack (the rule planner on ground-truth perception, ``rule-planner-0``).
+The car uploads its triggered logs and one telemetry record per drive to ``ingest-<batch>``,
+exactly as a real uploader would; the daemon's sensors take it from there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from rich.console import Console
+
+from aiinfra_pipelines.fleet.landing import LandedBatch, land_batch
+from aiinfra_pipelines.fleet.simulator import EpisodeDrive, drive_fleet
+from aiinfra_pipelines.fleet.vehicles import Vehicle
+from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.logs.writer import encode_drive_log
+from aiinfra_pipelines.operations.landing import LandedTelemetry, land_telemetry
+from aiinfra_pipelines.operations.telemetry import record_from_episode
+from aiinfra_pipelines.perception.contract import perception_spec
+from aiinfra_pipelines.perception.deployed import load_deployed_engine
+from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
+from aiinfra_pipelines.progress import progress_bar
+from aiinfra_pipelines.release.cohorts import runs_candidate
+from aiinfra_pipelines.release.rollout import read_current
+
+CANDIDATE, CONTROL = "candidate", "control"
+
+
+def engine_name(model_version: str) -> str:
+    """What a car running model version ``v`` reports as its software version."""
+    return f"perception-v{model_version}"
+
+
+@dataclass
+class FleetAssignment:
+    """Which engine each car runs this drive, and which rollout that follows."""
+
+    production: OnnxRuntimeEngine | None
+    candidate: OnnxRuntimeEngine | None
+    rollout: dict | None
+    cohort: dict[str, str] = field(default_factory=dict)  # VIN → candidate / control
+
+    def engine_for(self, vehicle: Vehicle) -> OnnxRuntimeEngine | None:
+        in_cohort = self.candidate is not None and runs_candidate(self.rollout, vehicle.vin)
+        self.cohort[vehicle.vin] = CANDIDATE if in_cohort else CONTROL
+        return self.candidate if in_cohort else self.production
+
+    def describe(self) -> str:
+        production = self.production.name if self.production else "rule-planner-0"
+        if self.candidate is None or self.rollout is None:
+            return f"every car runs {production}"
+        return (
+            f"cohort {self.rollout['stage']} ({self.rollout['cohort_percent']}%) runs "
+            f"{self.candidate.name}, the rest {production}"
+        )
+
+
+def fleet_assignment(lake: VersionedLake) -> FleetAssignment:
+    """The engines the OTA repository assigns right now (read from ``main``)."""
+    spec = perception_spec()
+    production = None
+    if lake.object_exists(MAIN_BRANCH, PRODUCTION_POINTER_KEY):
+        deployed = load_deployed_engine(lake, spec)
+        production = OnnxRuntimeEngine(
+            deployed.onnx_bytes, spec, name=engine_name(deployed.version), batch_size=1
+        )
+    rollout = read_current(lake)
+    candidate = None
+    if rollout is not None and rollout.get("engine_key"):
+        onnx = lake.get_object(MAIN_BRANCH, rollout["engine_key"])
+        candidate = OnnxRuntimeEngine(
+            onnx, spec, name=engine_name(str(rollout["model_version"])), batch_size=1
+        )
+    return FleetAssignment(production=production, candidate=candidate, rollout=rollout)
+
+
+@dataclass(frozen=True)
+class FleetUpload:
+    logs: LandedBatch
+    telemetry: LandedTelemetry
+    drives: int
+    candidate_drives: int
+
+
+def drive_and_upload(
+    lake: VersionedLake,
+    assignment: FleetAssignment,
+    *,
+    vehicles: int,
+    episodes: int,
+    seed: int,
+    batch_id: str,
+    faulty_logs: int,
+    corrupt: Callable[[bytes], bytes],
+    console: Console,
+) -> FleetUpload:
+    """Drive, then land logs (plus ``faulty_logs`` corrupted copies) and telemetry."""
+    drives: list[EpisodeDrive] = []
+    with progress_bar(console) as progress:
+        task = progress.add_task("driving", total=vehicles * episodes)
+        logs = drive_fleet(
+            vehicles,
+            episodes,
+            seed,
+            on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+            engine_for_vehicle=assignment.engine_for,
+            on_episode=drives.append,
+        )
+        encode = progress.add_task("encoding MCAP", total=len(logs))
+        uploads = []
+        for log in logs:
+            uploads.append((log.log_id, encode_drive_log(log)))
+            progress.advance(encode)
+    uploads += [(f"{log_id}-truncated", corrupt(data)) for log_id, data in uploads[:faulty_logs]]
+    landed = land_batch(
+        lake,
+        batch_id,
+        uploads,
+        {"vehicles": str(vehicles), "episodes": str(episodes), "seed": str(seed)},
+    )
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    records = [
+        record_from_episode(
+            drive.metrics,
+            vin=drive.vehicle.vin,
+            vehicle_model=drive.vehicle.model,
+            software_version=drive.vehicle.software_version,
+            cohort=assignment.cohort.get(drive.vehicle.vin, CONTROL),
+            recorded_at=now,
+            record_id=f"{batch_id}-{drive.vehicle.index}-{drive.episode_index}",
+        )
+        for drive in drives
+    ]
+    telemetry = land_telemetry(lake, batch_id, records, metadata={"seed": str(seed)})
+    candidate_drives = sum(assignment.cohort.get(d.vehicle.vin) == CANDIDATE for d in drives)
+    return FleetUpload(landed, telemetry, len(drives), candidate_drives)
+
+
+def batch_name(cycle: int, seed: int) -> str:
+    return time.strftime("demo%Y%m%dT%H%M%S", time.gmtime()) + f"-c{cycle}-s{seed}"

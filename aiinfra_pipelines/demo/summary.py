@@ -1,0 +1,213 @@
+"""What one cycle of the loop did, printed from ``main`` and the run history.
+
+Every number comes from where an operator would look it up — lake objects on ``main`` (reports,
+certificate, rollout state, OTA metadata) and Dagster's materializations — so the summary is
+also a check that each stage published what it claims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
+from aiinfra_pipelines.lake.io_manager import read_asset_partitions
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.release.rollout import list_states
+from aiinfra_pipelines.status import frames_by_slice
+
+from .fleet_cycle import FleetUpload
+
+REPORT_GATES = ("offline_eval", "engine_parity", "engine_benchmark", "regression_simulation")
+
+
+@dataclass
+class CycleWindow:
+    """Runs of one cycle: created after ``started`` (a Unix timestamp)."""
+
+    started: float
+
+    def runs(self, instance: dg.DagsterInstance, job: str | None = None) -> list[dg.DagsterRun]:
+        filters = dg.RunsFilter(created_after=_utc(self.started), job_name=job)
+        return list(instance.get_runs(filters=filters))
+
+
+def _utc(timestamp: float):
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(timestamp, UTC)
+
+
+def materialization_metadata(
+    instance: dg.DagsterInstance, run: dg.DagsterRun, asset: str
+) -> dict[str, Any]:
+    records = instance.get_records_for_run(
+        run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    for record in records:
+        materialization = record.event_log_entry.asset_materialization
+        if materialization and materialization.asset_key == dg.AssetKey(asset):
+            return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+    return {}
+
+
+def print_data_summary(
+    lake: VersionedLake, upload: FleetUpload, runs: list[dg.DagsterRun], console: Console
+) -> None:
+    branch = upload.logs.branch
+    index = scene_index_view(lake)
+    index = index[index["source_branch"] == branch] if not index.empty else index
+    quarantine = quarantine_view(lake)
+    quarantine = (
+        quarantine[quarantine["source_branch"] == branch] if not quarantine.empty else quarantine
+    )
+    failed = [run for run in runs if run.status != dg.DagsterRunStatus.SUCCESS]
+    accepted = index["log_key"].nunique() if not index.empty else 0
+    console.print(
+        f"[bold]logs[/] landed {len(runs)}, accepted {accepted}, quarantined {len(quarantine)}, "
+        f"failed runs {len(failed)}; telemetry {upload.telemetry.records} drive record(s), "
+        f"{upload.candidate_drives} from the candidate cohort"
+    )
+    table = Table("slice", "logs", "frames", title="frames indexed by slice (on main)")
+    for row in frames_by_slice(index).itertuples():
+        table.add_row(row.slice, str(row.logs), str(row.frames))
+    console.print(table)
+    for row in quarantine.itertuples():
+        console.print(f"[yellow]quarantined[/] {row.log_key}: {row.reason_codes}")
+
+
+def print_mining_summary(lake: VersionedLake, partitions: list[str], console: Console) -> None:
+    badcases = read_asset_partitions(lake, "mined_badcases", MAIN_BRANCH)
+    labels = read_asset_partitions(lake, "auto_labels", MAIN_BRANCH)
+    reasons = (
+        badcases["reasons"].str.split(",").explode().value_counts().to_dict()
+        if not badcases.empty
+        else {}
+    )
+    held_back = int(labels["held_back"].sum()) if len(labels) else 0
+    console.print(
+        f"[bold]mining[/] {len(partitions)} new log(s); on main {len(badcases)} badcase frame(s) "
+        f"by reason {reasons}; label QC holds back {held_back}"
+    )
+
+
+def _report(lake: VersionedLake, version: str, gate: str) -> dict | None:
+    key = f"candidates/{version}/reports/{gate}.json"
+    return lake.get_json(MAIN_BRANCH, key) if lake.object_exists(MAIN_BRANCH, key) else None
+
+
+def print_training_summary(
+    instance: dg.DagsterInstance, lake: VersionedLake, window: CycleWindow, console: Console
+) -> str | None:
+    """The cycle's training run, its candidate's gates; returns the model version (if any)."""
+    runs = window.runs(instance, "training_cycle")
+    if not runs:
+        console.print("[bold]training[/] not triggered this cycle (below the retraining threshold)")
+        return None
+    run = runs[0]
+    dataset = materialization_metadata(instance, run, "training_dataset")
+    model = materialization_metadata(instance, run, "trained_model")
+    evaluation = materialization_metadata(instance, run, "offline_eval")
+    version = str(model.get("model_version")) if model.get("model_version") else None
+    console.print(
+        f"[bold]training cycle[/] {run.status.value}: dataset {dataset.get('dataset_version')} at "
+        f"commit {str(dataset.get('dataset_commit', ''))[:12]} ({dataset.get('frames')} frames, "
+        f"{dataset.get('badcases')} badcases) → model version {version} "
+        f"(MLflow run {str(model.get('mlflow_run_id', ''))[:12]}, {model.get('epochs')} epochs)"
+    )
+    if "comparison" in evaluation:
+        console.print("per-slice offline metrics, candidate vs production:")
+        console.print(escape(str(evaluation["comparison"])))
+    console.print(f"offline gate passed: {evaluation.get('passed')}")
+    if version is None:
+        return None
+    parity = _report(lake, version, "engine_parity")
+    if parity:
+        for engine, entry in sorted((parity.get("engines") or {}).items()):
+            worst = entry.get("worst") if isinstance(entry, dict) else None
+            shown = (
+                f"worst gated slice {worst['slice']} {worst['metric']} drop {worst['drop']:+.4f} "
+                f"(budget {worst['budget']})"
+                if worst
+                else "no gated slice"
+            )
+            console.print(f"[bold]engine parity[/] {engine} vs fp32: {shown}")
+    benchmark = _report(lake, version, "engine_benchmark")
+    if benchmark:
+        for precision, stats in sorted((benchmark.get("engines") or {}).items()):
+            console.print(
+                f"[bold]engine benchmark[/] {precision}: p50 {stats.get('p50_ms', 0):.3f} ms, "
+                f"p99 {stats.get('p99_ms', 0):.3f} ms, "
+                f"{stats.get('throughput_fps', 0):.0f} frames/s"
+            )
+    if parity is None or benchmark is None:
+        console.print(f"engines of model version {version} were not published (a gate failed)")
+    return version
+
+
+def print_release_summary(
+    instance: dg.DagsterInstance,
+    lake: VersionedLake,
+    window: CycleWindow,
+    version: str | None,
+    console: Console,
+) -> None:
+    if version is not None:
+        simulation = _report(lake, version, "regression_simulation")
+        if simulation:
+            aggregate = simulation.get("aggregate", {})
+            console.print(
+                f"[bold]regression simulation[/] model version {version}: "
+                f"{'passed' if simulation['passed'] else 'refused'}; candidate passes "
+                f"{aggregate.get('candidate_passed')}/{aggregate.get('scenarios')} scenarios, "
+                f"production {aggregate.get('production_passed')}; collisions "
+                f"{aggregate.get('candidate_collisions')} vs "
+                f"{aggregate.get('production_collisions')}"
+            )
+            for failure in simulation.get("failures", [])[:5]:
+                console.print(f"  [yellow]{escape(str(failure))}[/]")
+        certified = lake.object_exists(MAIN_BRANCH, f"candidates/{version}/certificate.json")
+        console.print(
+            f"[bold]certification[/] model version {version}: "
+            + ("certified (signed certificate on main)" if certified else "not certified")
+        )
+        for run in window.runs(instance, "regression_report_run"):
+            if run.status == dg.DagsterRunStatus.FAILURE:
+                console.print(f"  [yellow]report/certification run {run.run_id[:8]} failed[/]")
+    states = Table(
+        "model version", "status", "stage", "cohort %", "last decision", title="rollouts"
+    )
+    for state in list_states(lake):
+        history = state.get("history") or [{}]
+        last = history[-1]
+        states.add_row(
+            str(state["model_version"]),
+            str(state["status"]),
+            str(state.get("stage")),
+            str(state.get("cohort_percent")),
+            escape(f"{last.get('event', '')}: {last.get('reason', '')}"[:70]),
+        )
+    console.print(states)
+    ota_runs = [
+        run
+        for run in window.runs(instance)
+        if materialization_metadata(instance, run, "ota_release")
+    ]
+    if ota_runs:
+        ota = materialization_metadata(instance, ota_runs[0], "ota_release")
+        console.print(
+            f"[bold]OTA[/] TUF metadata versions {ota.get('versions')}, engines offered "
+            f"{ota.get('engines')}"
+        )
+    failures = [run for run in window.runs(instance) if run.status == dg.DagsterRunStatus.FAILURE]
+    if failures:
+        console.print(
+            f"[yellow]{len(failures)} run(s) failed this cycle (see loop_failures in the UI):[/] "
+            + ", ".join(f"{run.job_name} {run.run_id[:8]}" for run in failures[:6])
+        )
