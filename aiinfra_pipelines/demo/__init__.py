@@ -27,6 +27,7 @@ from .overlay import demo_settings, use_demo_resources
 from .summary import (
     CycleWindow,
     print_data_summary,
+    print_fleet_shadow,
     print_mining_summary,
     print_release_summary,
     print_training_summary,
@@ -118,6 +119,7 @@ def run_demo(
             wait_for_mining(instance, partitions, daemon, deadline, console)
             print_mining_summary(lake, partitions, console)
             wait_for_telemetry(instance, upload.telemetry.branch, daemon, deadline, console)
+            print_fleet_shadow(lake, upload, console)
             wait_until_quiet(instance, lake, daemon, deadline, console, float(settings["settle_s"]))
             version = print_training_summary(instance, lake, window, console)
             print_release_summary(instance, lake, window, version, console)

@@ -54,13 +54,19 @@ class FleetAssignment:
         self.cohort[vehicle.vin] = CANDIDATE if in_cohort else CONTROL
         return self.candidate if in_cohort else self.production
 
+    def shadow_for(self, vehicle: Vehicle) -> OnnxRuntimeEngine | None:
+        """Cars outside the cohort run the candidate in shadow mode (plan, never act)."""
+        if self.candidate is None or self.cohort.get(vehicle.vin) == CANDIDATE:
+            return None
+        return self.candidate
+
     def describe(self) -> str:
         production = self.production.name if self.production else "rule-planner-0"
         if self.candidate is None or self.rollout is None:
             return f"every car runs {production}"
         return (
             f"cohort {self.rollout['stage']} ({self.rollout['cohort_percent']}%) runs "
-            f"{self.candidate.name}, the rest {production}"
+            f"{self.candidate.name}, the rest {production} with {self.candidate.name} in shadow"
         )
 
 
@@ -114,6 +120,7 @@ def drive_and_upload(
             on_progress=lambda done, total: progress.update(task, completed=done, total=total),
             engine_for_vehicle=assignment.engine_for,
             on_episode=drives.append,
+            shadow_for_vehicle=assignment.shadow_for,
         )
         encode = progress.add_task("encoding MCAP", total=len(logs))
         uploads = []

@@ -16,10 +16,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
-from aiinfra_pipelines.lake.io_manager import read_asset_partitions
+from aiinfra_pipelines.lake.io_manager import read_asset_partitions, read_parquet_prefix
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
-from aiinfra_pipelines.release.rollout import list_states
+from aiinfra_pipelines.release.rollout import PUBLISHED_TELEMETRY_PREFIX, list_states
+from aiinfra_pipelines.release.shadow import shadow_agreement
 from aiinfra_pipelines.status import frames_by_slice
 
 from .fleet_cycle import FleetUpload
@@ -80,6 +81,19 @@ def print_data_summary(
     console.print(table)
     for row in quarantine.itertuples():
         console.print(f"[yellow]quarantined[/] {row.log_key}: {row.reason_codes}")
+
+
+def print_fleet_shadow(lake: VersionedLake, upload: FleetUpload, console: Console) -> None:
+    """What the cars outside the cohort saw running the candidate in shadow mode."""
+    records = read_parquet_prefix(lake, MAIN_BRANCH, PUBLISHED_TELEMETRY_PREFIX)
+    if records.empty:
+        return
+    batch = records[records["batch_id"] == upload.telemetry.branch]
+    for sha, entry in shadow_agreement(batch).items():
+        console.print(
+            f"[bold]shadow mode[/] on {entry['vehicles']} car(s): engine {sha[:12]} planned like "
+            f"the driven stack on {entry['decision_agreement']:.1%} of {entry['frames']} frames"
+        )
 
 
 def print_mining_summary(lake: VersionedLake, partitions: list[str], console: Console) -> None:

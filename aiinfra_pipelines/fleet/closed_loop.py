@@ -127,6 +127,10 @@ class EpisodeMetrics:
     simulator_ms: list[float] = field(default_factory=list)
     perception_ms: list[float] = field(default_factory=list)
     planner_ms: list[float] = field(default_factory=list)
+    # Shadow mode: a second engine perceived the same frames and planned without acting.
+    shadow_engine_sha256: str = ""
+    shadow_steps: int = 0
+    shadow_agreements: int = 0  # steps where the shadow plan chose the driven action
 
     TIMING_FIELDS = ("simulator_ms", "perception_ms", "planner_ms")
 
@@ -188,13 +192,16 @@ def run_episode(
     engine: Engine | None = None,
     observer: StepObserver | None = None,
     metrics_config: MetricsConfig | None = None,
+    shadow_engine: Engine | None = None,
 ) -> EpisodeMetrics:
     """Drive one episode closed-loop and return its metrics.
 
     ``rng`` feeds the image degradations (the only randomness outside highway-env's seed).
     ``engine`` drives perception through ``engine.infer`` on the degraded frame; ``None``
     drives on ground-truth perception. ``observer`` sees every step before the action is
-    chosen (the fleet builds its log frames there).
+    chosen (the fleet builds its log frames there). ``shadow_engine`` runs in shadow mode, as on
+    a car: it perceives the same degraded frame and its own planner decides, but never acts;
+    the metrics count how often its decision matched the driven one.
     """
     cfg = fleet_config(config)
     metric_cfg = metrics_config or MetricsConfig.from_triggers()
@@ -206,6 +213,7 @@ def run_episode(
     max_range = float(cfg["perception"]["max_range_m"])
 
     planner = RulePlanner(cfg)
+    shadow_planner = RulePlanner(cfg) if shadow_engine is not None else None
     # highway-env (and pygame, matplotlib) load here, not when the code location is imported:
     # every Dagster run process imports this module, few of them simulate.
     from aiinfra_pipelines.fleet.sim_env import (
@@ -251,6 +259,9 @@ def run_episode(
                 perceived = time.perf_counter()
                 decision = planner.act(perception, speed)
                 planned = time.perf_counter()
+                if shadow_planner is not None:
+                    shadow = shadow_planner.act(engine_perception(shadow_engine, seen), speed)
+                    trace.shadow(shadow.name == decision.name)
                 if scripted is not None:
                     scripted.before_step(step)
                 _, _, terminated, truncated, _ = env.step(decision.action)
@@ -264,6 +275,7 @@ def run_episode(
             env.close()
     return trace.metrics(
         engine=engine,
+        shadow_engine=shadow_engine,
         dt_s=dt_s,
         hard_brake_mps2=metric_cfg.hard_brake_mps2,
         events=scripted.fired if scripted is not None else [],
@@ -284,6 +296,10 @@ class _Trace:
     simulator_ms: list[float] = field(default_factory=list)
     perception_ms: list[float] = field(default_factory=list)
     planner_ms: list[float] = field(default_factory=list)
+    shadow_agreed: list[bool] = field(default_factory=list)
+
+    def shadow(self, agreed: bool) -> None:
+        self.shadow_agreed.append(bool(agreed))
 
     def observe(self, ego: EgoState, others: list[OtherVehicle], vehicle_length_m: float) -> None:
         gap, ttc = lead_time_to_collision(others, vehicle_length_m)
@@ -298,7 +314,13 @@ class _Trace:
         self.confidence.append(round(float(confidence), 6))
 
     def metrics(
-        self, *, engine: Any | None, dt_s: float, hard_brake_mps2: float, events: list
+        self,
+        *,
+        engine: Any | None,
+        dt_s: float,
+        hard_brake_mps2: float,
+        events: list,
+        shadow_engine: Any | None = None,
     ) -> EpisodeMetrics:
         speeds = np.asarray(self.speeds, dtype=float)
         accel = np.diff(speeds) / dt_s
@@ -334,6 +356,9 @@ class _Trace:
             simulator_ms=self.simulator_ms,
             perception_ms=self.perception_ms,
             planner_ms=self.planner_ms,
+            shadow_engine_sha256="" if shadow_engine is None else str(shadow_engine.sha256),
+            shadow_steps=len(self.shadow_agreed),
+            shadow_agreements=int(sum(self.shadow_agreed)),
         )
 
 

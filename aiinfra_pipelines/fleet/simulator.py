@@ -103,11 +103,15 @@ def drive_episode_with_metrics(
     config: FleetConfig | None = None,
     triggers: TriggerConfig | None = None,
     engine: Engine | None = None,
+    shadow_engine: Engine | None = None,
 ) -> EpisodeDrive:
-    """:func:`drive_episode`, also returning the episode's closed-loop metrics."""
+    """:func:`drive_episode`, also returning the episode's closed-loop metrics (including
+    ``shadow_engine``'s agreement with the driven decisions when one runs in shadow)."""
     cfg = fleet_config(config)
     trig = triggers or load_trigger_config()
-    recording = _record_episode(vehicle, episode_index, seed, conditions, cfg, engine)
+    recording = _record_episode(
+        vehicle, episode_index, seed, conditions, cfg, engine, shadow_engine
+    )
     context = FrameContext(
         weather=conditions.weather,
         lighting=conditions.lighting,
@@ -148,6 +152,7 @@ def drive_fleet(
     triggers: TriggerConfig | None = None,
     engine_for_vehicle: EngineForVehicle | None = None,
     on_episode: EpisodeCallback | None = None,
+    shadow_for_vehicle: EngineForVehicle | None = None,
 ) -> list[DriveLog]:
     """Drive ``episodes`` episodes with each of ``n_vehicles`` cars; all uploaded logs.
 
@@ -157,7 +162,8 @@ def drive_fleet(
     engine's ``name`` as ``software_version``; ``None`` keeps ground-truth perception.
     ``on_progress(done, total)`` is called after every episode so a Dagster asset can report
     progress, and ``on_episode(drive)`` receives every episode's vehicle-side metrics
-    (telemetry). Conditions follow fleet.yaml's ``conditions`` mix.
+    (telemetry). ``shadow_for_vehicle(vehicle)`` names an engine the car runs in shadow mode
+    (perceives and plans, never acts). Conditions follow fleet.yaml's ``conditions`` mix.
     """
     cfg = fleet_config(config)
     trig = triggers or load_trigger_config()
@@ -168,11 +174,12 @@ def drive_fleet(
     done = 0
     for vehicle, row in zip(vehicles, plan, strict=True):
         engine = engine_for_vehicle(vehicle) if engine_for_vehicle is not None else None
+        shadow = shadow_for_vehicle(vehicle) if shadow_for_vehicle is not None else None
         if engine is not None:
             vehicle = replace(vehicle, software_version=str(engine.name))
         for episode_index, conditions in enumerate(row):
             drive = drive_episode_with_metrics(
-                vehicle, episode_index, seed, conditions, cfg, trig, engine
+                vehicle, episode_index, seed, conditions, cfg, trig, engine, shadow
             )
             logs.extend(drive.logs)
             if on_episode is not None:
@@ -190,6 +197,7 @@ def _record_episode(
     conditions: Conditions,
     cfg: FleetConfig,
     engine: Engine | None = None,
+    shadow_engine: Engine | None = None,
 ) -> _Recording:
     """Run the closed loop and record every policy step (before the upload filter)."""
     rate_hz = float(cfg["simulation"]["policy_frequency_hz"])
@@ -244,7 +252,9 @@ def _record_episode(
         env_seed=env_seed,
         max_steps=max_steps,
     )
-    metrics = run_episode(setup, rng, config=cfg, engine=engine, observer=record)
+    metrics = run_episode(
+        setup, rng, config=cfg, engine=engine, observer=record, shadow_engine=shadow_engine
+    )
     return _Recording(frames=frames, crashed=crashed, road_edges=edges, metrics=metrics)
 
 

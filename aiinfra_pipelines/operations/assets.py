@@ -29,7 +29,7 @@ from aiinfra_pipelines.release.rollout import (
     publish_changes,
     telemetry_publishes,
 )
-from aiinfra_pipelines.release.shadow import recent_rows
+from aiinfra_pipelines.release.shadow import recent_rows, shadow_agreement
 
 from .cost_ledger import (
     BY_GROUP_KEY,
@@ -49,7 +49,12 @@ from .drift import (
 )
 from .failures import loop_failures
 from .landing import read_uploads
-from .telemetry import TelemetrySettings, confidence_histogram, telemetry_summary, validate_uploads
+from .telemetry import (
+    TelemetrySettings,
+    confidence_histogram,
+    telemetry_summary,
+    validate_uploads,
+)
 
 GROUP = "operations"
 SOURCE_COMMIT_TAG = "aiinfra/source_commit"
@@ -134,6 +139,8 @@ def fleet_telemetry(
         "reasons": dg.MetadataValue.json(batch.reason_counts),
         "quarantine": _md(quarantine_view, settings.quarantine_listed),
         "by_model_and_version": _md(telemetry_summary(batch.accepted)),
+        # Cars that ran a candidate in shadow mode: how often it would have decided the same.
+        "shadow_mode": dg.MetadataValue.json(shadow_agreement(batch.accepted)),
         "source_commit": commit,
         "main_commit": main_commit,
         "records": f"lakefs://{lake.repository}/{main_commit}/{records_key}",

@@ -24,6 +24,9 @@ Landed record (JSON object or Parquet row)::
     fallback_frames      int   frames the planner spent in low-confidence fallback
     fallback_events      int   times it entered fallback
     near_misses, collisions, hard_brakes   int
+    shadow_engine_sha256 str   optional: the engine run in shadow mode ("" = none)
+    shadow_frames        int   optional: frames it perceived and planned on without acting
+    shadow_agreements    int   optional: of those, frames whose shadow plan matched the driven one
 
 Published rows drop ``vin`` and gain ``vehicle_pseudonym``, ``batch_id``, ``source_commit`` and
 ``source_key``; ``record_id`` is replaced by its keyed hash.
@@ -60,6 +63,12 @@ RECORD_FIELDS = (
     "confidence_histogram",
     *COUNT_FIELDS,
 )
+# Optional fields (older agents do not send them) with the value a missing one means.
+SHADOW_DEFAULTS: dict[str, Any] = {  # release.shadow.shadow_agreement summarizes them
+    "shadow_engine_sha256": "",
+    "shadow_frames": 0,
+    "shadow_agreements": 0,
+}
 PUBLISHED_COLUMNS = (
     "record_id",
     "vehicle_pseudonym",
@@ -72,6 +81,7 @@ PUBLISHED_COLUMNS = (
     *LATENCY_FIELDS,
     "confidence_histogram",
     *COUNT_FIELDS,
+    *SHADOW_DEFAULTS,
     "batch_id",
     "source_commit",
     "source_key",
@@ -148,9 +158,12 @@ def telemetry_record(
     near_misses: int = 0,
     collisions: int = 0,
     hard_brakes: int = 0,
+    shadow: tuple[str, int, int] | None = None,
     settings: TelemetrySettings | None = None,
 ) -> dict[str, Any]:
     """One vehicle-side record from per-frame series, as a car's telemetry agent builds it.
+
+    ``shadow`` is (engine sha256, frames, agreeing frames) when an engine ran in shadow mode.
 
     Fallback comes either as per-frame ``fallback_flags`` or, where only totals are known, as
     ``fallback_counts`` = (fallback frames, fallback activations).
@@ -182,6 +195,15 @@ def telemetry_record(
         "near_misses": int(near_misses),
         "collisions": int(collisions),
         "hard_brakes": int(hard_brakes),
+        **(
+            {
+                "shadow_engine_sha256": shadow[0],
+                "shadow_frames": int(shadow[1]),
+                "shadow_agreements": int(shadow[2]),
+            }
+            if shadow is not None
+            else {}
+        ),
     }
 
 
@@ -221,6 +243,11 @@ def record_from_episode(
         near_misses=int(near and not m["collision"]),
         collisions=int(bool(m["collision"])),
         hard_brakes=int(m["hard_brakes"]),
+        shadow=(
+            (m["shadow_engine_sha256"], int(m["shadow_steps"]), int(m["shadow_agreements"]))
+            if m.get("shadow_engine_sha256")
+            else None
+        ),
         settings=settings,
     )
 
@@ -332,6 +359,7 @@ def check_record(record: Any, settings: TelemetrySettings) -> list[tuple[str, st
                     f"{settings.max_latency_ms:g} ms, got {latencies}",
                 )
             )
+    problems += _shadow_problems(record)
     histogram = record.get("confidence_histogram")
     if "confidence_histogram" in record:
         if (
@@ -350,6 +378,24 @@ def check_record(record: Any, settings: TelemetrySettings) -> list[tuple[str, st
             problems.append(
                 ("invalid_histogram", f"confidence_histogram counts {sum(histogram)} != frames")
             )
+    return problems
+
+
+def _shadow_problems(record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The optional shadow-mode fields, when present, are consistent."""
+    problems: list[tuple[str, str]] = []
+    shadow = record.get("shadow_engine_sha256", "")
+    if not (isinstance(shadow, str) and (shadow == "" or _SHA256.match(shadow))):
+        problems.append(
+            ("invalid_engine_sha256", "shadow_engine_sha256 must be 64 lowercase hex or ''")
+        )
+    frames, agreements = record.get("shadow_frames", 0), record.get("shadow_agreements", 0)
+    if not (_is_int(frames) and _is_int(agreements) and 0 <= agreements <= frames):
+        problems.append(
+            ("invalid_count", "shadow_agreements must be an integer in 0..shadow_frames")
+        )
+    elif frames and not shadow:
+        problems.append(("inconsistent_counts", "shadow_frames without shadow_engine_sha256"))
     return problems
 
 
@@ -423,6 +469,9 @@ def validate_uploads(
                 continue
             seen.add(record["record_id"])
             row = {name: record[name] for name in RECORD_FIELDS if name != "vin"}
+            row.update(
+                {name: record.get(name, default) for name, default in SHADOW_DEFAULTS.items()}
+            )
             row["record_id"] = hashed_record_id(record["record_id"], key)
             row["vehicle_pseudonym"] = pseudonymize_vin(record["vin"], key)
             row["confidence_histogram"] = [int(c) for c in record["confidence_histogram"]]

@@ -17,7 +17,7 @@ import pandas as pd
 
 from aiinfra_pipelines.datasets.loading import load_frames
 from aiinfra_pipelines.ingest.views import scene_index_view
-from aiinfra_pipelines.lake.io_manager import parquet_bytes
+from aiinfra_pipelines.lake.io_manager import parquet_bytes, read_parquet_prefix
 from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, root_run_id_of
@@ -36,6 +36,7 @@ from .rollout import (
     ACTIVE_STATUSES,
     COMPLETED,
     CURRENT_ROLLOUT_KEY,
+    PUBLISHED_TELEMETRY_PREFIX,
     ROLLED_BACK,
     SHADOW,
     Decision,
@@ -62,6 +63,7 @@ from .shadow import (
     compare_engines,
     per_slice_table,
     recent_rows,
+    shadow_agreement,
     shadow_badcases,
     shadow_badcases_key,
     shadow_report_key,
@@ -139,6 +141,10 @@ def shadow_report(
         settings,
     )
     summary = shadow_summary(comparison, settings)
+    # Cars that already ran this engine in shadow mode on the road (vehicle-side telemetry).
+    fleet_shadow = shadow_agreement(
+        read_parquet_prefix(lake, MAIN_BRANCH, PUBLISHED_TELEMETRY_PREFIX)
+    ).get(candidate.sha256)
     per_slice = per_slice_table(comparison)
     badcases = shadow_badcases(comparison, model_version, candidate.sha256)
     report = {
@@ -154,6 +160,7 @@ def shadow_report(
             "main_commit": lake.resolve_ref(MAIN_BRANCH),
         },
         "summary": summary,
+        "fleet_shadow": fleet_shadow,
         "per_slice": per_slice.to_dict(orient="records"),
         "badcases_key": shadow_badcases_key(model_version),
         "dagster_run_id": context.run.run_id,
@@ -234,6 +241,7 @@ def shadow_report(
             "candidate_fallback_rate": summary.get("candidate_fallback_rate", 0.0),
             "confidence": dg.MetadataValue.json(summary.get("confidence", {})),
             "action_changes": dg.MetadataValue.json(summary.get("action_changes", {})),
+            "fleet_shadow": dg.MetadataValue.json(fleet_shadow or {}),
             "per_slice": _md(per_slice.round(4)),
             "badcases": len(badcases),
             "production": production.version,

@@ -450,6 +450,22 @@ def start_rollout(
     return new, decision
 
 
+PRE_RELEASE_ENGINE_SHA = ""  # what telemetry reports for the stack that predates any engine
+
+
+def control_mask(state: Mapping[str, Any], engine_sha256: pd.Series) -> pd.Series:
+    """Records of the control cohort: the cars running what production is.
+
+    Before the first release no car runs an engine at all — the fleet drives the previous
+    stack (the rule planner on its own sensors), whose telemetry carries no engine hash. Model
+    zero is production only on paper (mining's engine), so the cars without an engine are the
+    control then; afterwards it is the production engine's hash.
+    """
+    if state.get("previous_production") is None:
+        return engine_sha256.isin([state["production_engine_sha256"], PRE_RELEASE_ENGINE_SHA])
+    return engine_sha256 == state["production_engine_sha256"]
+
+
 def evaluate_stage(
     state: Mapping[str, Any],
     settings: RolloutSettings,
@@ -462,8 +478,8 @@ def evaluate_stage(
     """Judge the current stage on ``records``, the telemetry published since it began.
 
     ``records`` are split by the engine each vehicle actually ran: the candidate engine →
-    candidate cohort, the production engine recorded in the state → control; others (vehicles
-    not yet updated) are ignored.
+    candidate cohort, the production engine recorded in the state → control (see
+    :func:`control_mask`); others (vehicles not yet updated) are ignored.
     """
     _check_state(state)
     if state["status"] not in ACTIVE_STATUSES:
@@ -480,7 +496,7 @@ def evaluate_stage(
     new["last_telemetry_commit"] = telemetry_commit
     engine = records["engine_sha256"] if not records.empty else pd.Series(dtype=str)
     candidate = cohort_metrics(records[engine == state["engine_sha256"]])
-    control = cohort_metrics(records[engine == state["production_engine_sha256"]])
+    control = cohort_metrics(records[control_mask(state, engine)])
     stage = settings.stages[new["stage_index"]] if new["stage_index"] >= 0 else None
     short = []
     if stage is not None and candidate.frames < stage.min_candidate_frames:

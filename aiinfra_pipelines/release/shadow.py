@@ -364,3 +364,24 @@ def shadow_badcases(
 def shadow_badcases_view(lake: VersionedLake, ref: str = MAIN_BRANCH) -> pd.DataFrame:
     """Every shadow badcase on ``ref`` (all candidates); they are also in the mined view."""
     return read_parquet_prefix(lake, ref, SHADOW_BADCASES_PREFIX)
+
+
+def shadow_agreement(records: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per shadow engine: vehicles, frames and the share of decisions the driven plan shared.
+
+    Older published tables have no shadow columns: nothing ran in shadow there.
+    """
+    if records.empty or "shadow_engine_sha256" not in records:
+        return {}
+    shadowed = records[records["shadow_engine_sha256"].fillna("") != ""]
+    summary = {}
+    for sha, part in shadowed.groupby("shadow_engine_sha256"):
+        frames = int(part["shadow_frames"].sum())
+        summary[str(sha)] = {
+            "vehicles": int(part["vehicle_pseudonym"].nunique()),
+            "frames": frames,
+            "decision_agreement": (
+                round(float(part["shadow_agreements"].sum() / frames), 4) if frames else None
+            ),
+        }
+    return summary

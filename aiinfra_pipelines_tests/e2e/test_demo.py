@@ -1,4 +1,4 @@
-"""The main job end to end: ``aiinfra demo`` with the real dagster-daemon and sensor."""
+"""The main job's command, ``aiinfra demo``, for one cycle of a tiny fleet: every stage."""
 
 from __future__ import annotations
 
@@ -29,19 +29,21 @@ def test_demo_ingests_a_fleet_batch_through_the_daemon(tmp_path: Path):
             str(aiinfra),
             "demo",
             "--vehicles",
-            "2",
+            "3",
             "--episodes",
+            "1",
+            "--cycles",
             "1",
             "--seed",
             "3",
             "--timeout-s",
-            "400",
+            "900",
         ],
         capture_output=True,
         text=True,
         env={**os.environ, "DAGSTER_HOME": str(home), "SDL_VIDEODRIVER": "dummy", "COLUMNS": "200"},
         cwd=PROJECT_ROOT,
-        timeout=600,
+        timeout=1200,
     )
 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -57,3 +59,8 @@ def test_demo_ingests_a_fleet_batch_through_the_daemon(tmp_path: Path):
     assert index["log_key"].nunique() == accepted
     assert list(quarantine_view(lake)["reason_codes"]) == ["truncated"]
     assert lake.list_branches(prefix=RUN_BRANCH_PREFIX) == []
+    # Past ingestion, the summary reports every later stage of the loop from main.
+    for line in ("training cycle SUCCESS", "regression simulation model version 1", "rollouts"):
+        assert line in result.stdout, result.stdout[-3000:]
+    assert re.search(r"certification model version 1: (certified|not certified)", result.stdout)
+    assert "demo finished in" in result.stdout

@@ -31,6 +31,7 @@ from aiinfra_pipelines.release.rollout import (
     telemetry_publishes,
     telemetry_since,
 )
+from aiinfra_pipelines.release.shadow import shadow_agreement
 from aiinfra_pipelines.sensors.rollout_sensor import telemetry_sensor
 from aiinfra_pipelines_tests.operations.lake_state import (
     ANON_KEY,
@@ -130,6 +131,12 @@ def test_an_episode_becomes_a_record_with_its_vehicle_side_aggregates():
         ({"confidence_histogram": [49] + [0] * 9}, "invalid_histogram"),
         ({"software_version": ""}, "invalid_field"),
         ({"collisions": True}, "invalid_count"),
+        ({"shadow_engine_sha256": "xyz"}, "invalid_engine_sha256"),
+        (
+            {"shadow_engine_sha256": SHA, "shadow_frames": 5, "shadow_agreements": 6},
+            "invalid_count",
+        ),
+        ({"shadow_frames": 5, "shadow_agreements": 0}, "inconsistent_counts"),
     ],
 )
 def test_each_bad_record_is_quarantined_with_its_reason(changes, code):
@@ -311,3 +318,18 @@ def test_the_telemetry_sensor_requests_each_landed_head_once(instance, local_lak
         ).run_requests
         == []
     )
+
+
+def test_shadow_mode_counts_are_published_and_summarized_per_shadow_engine():
+    shadowed = [
+        good(record_id=f"s{i}", shadow_engine_sha256=SHA, shadow_frames=50, shadow_agreements=a)
+        for i, a in enumerate((40, 45))
+    ]
+    batch = validate([*shadowed, good(record_id="plain")])
+    assert batch.quarantined.empty
+    plain = batch.accepted[batch.accepted["shadow_engine_sha256"] == ""]
+    assert len(plain) == 1 and int(plain["shadow_frames"].iloc[0]) == 0
+    assert shadow_agreement(batch.accepted) == {
+        SHA: {"vehicles": 1, "frames": 100, "decision_agreement": 0.85}
+    }
+    assert shadow_agreement(batch.accepted.drop(columns=["shadow_engine_sha256"])) == {}

@@ -340,3 +340,46 @@ def test_records_of_other_engines_count_for_neither_cohort():
     _, decision = evaluate_stage(started(), SETTINGS, telemetry_commit="T1", records=mixed, at="t2")
     assert decision.action == "advance"
     assert decision.candidate.frames == 300 and decision.control.frames == 900
+
+
+def _first_release_state() -> dict:
+    """The first rollout: production is model zero on paper, the fleet drives the old stack."""
+    state, decision = start_rollout(
+        new_rollout_state(
+            "1",
+            CANDIDATE,
+            engine_key="candidates/1/int8.onnx",
+            model_uri="runs:/r1/model",
+            production=None,
+            production_engine_sha256=PRODUCTION,
+            shadow={"passed": True, "frames": 500, "decision_agreement": 0.9, "reasons": []},
+            at="t0",
+        ),
+        SETTINGS,
+        telemetry_commit="T0",
+        production=None,
+        production_engine_sha256=PRODUCTION,
+        active_rollout=None,
+        at="t1",
+    )
+    assert decision.action == "start" and state["previous_production"] is None
+    return state
+
+
+def test_before_the_first_release_cars_without_an_engine_are_the_control_cohort():
+    records = telemetry_records(CANDIDATE, VINS[:2], frames=150, cohort="candidate", tag="p")
+    records += telemetry_records("", VINS[2:], frames=150, tag="p")  # the pre-release stack
+    _, decision = evaluate_stage(
+        _first_release_state(),
+        SETTINGS,
+        telemetry_commit="T1",
+        records=published_records(records),
+        at="t2",
+    )
+    assert decision.action == "advance"
+    assert decision.control.frames == 900
+    # Once an engine is in production, engine-less cars are no longer the control.
+    _, later = evaluate_stage(
+        started(), SETTINGS, telemetry_commit="T1", records=published_records(records), at="t2"
+    )
+    assert later.action == "wait" and later.control.frames == 0

@@ -12,7 +12,7 @@ from aiinfra_pipelines.logs.writer import encode_drive_log
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
 
-from .engines import brightness_onnx
+from .engines import brightness_onnx, perception_net_onnx
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -81,3 +81,37 @@ def test_a_cohort_drives_with_the_engine_and_says_so(small_config):
     for log in logs:  # engine-driven logs still pass ingest validation
         report = validate_drive_log(encode_drive_log(log))
         assert report.accepted, report.reasons
+
+
+def test_shadow_mode_plans_on_the_same_frames_and_never_acts(small_config):
+    """A car running an engine in shadow: same drive, and how often the shadow would agree."""
+    spec = perception_spec()
+    driving = OnnxRuntimeEngine(brightness_onnx(), spec, name="7", batch_size=1)
+    shadow = OnnxRuntimeEngine(perception_net_onnx(seed=2), spec, name="8", batch_size=1)
+
+    def drive(shadow_engine):
+        drives: list[EpisodeDrive] = []
+        logs = drive_fleet(
+            1,
+            1,
+            seed=23,
+            config=small_config,
+            engine_for_vehicle=lambda vehicle: driving,
+            on_episode=drives.append,
+            shadow_for_vehicle=lambda vehicle: shadow_engine,
+        )
+        return logs, drives[0].metrics
+
+    plain_logs, plain = drive(None)
+    self_logs, itself = drive(driving)
+    other_logs, other = drive(shadow)
+    # The shadow engine never changes what the car does.
+    encoded = [encode_drive_log(log) for log in plain_logs]
+    assert [encode_drive_log(log) for log in self_logs] == encoded
+    assert [encode_drive_log(log) for log in other_logs] == encoded
+    assert plain.shadow_steps == 0 and plain.shadow_engine_sha256 == ""
+    # The driving engine in its own shadow agrees on every step; another network need not.
+    assert itself.shadow_steps == itself.steps > 0
+    assert itself.shadow_agreements == itself.shadow_steps
+    assert other.shadow_engine_sha256 == shadow.sha256 and other.shadow_steps == other.steps
+    assert 0 <= other.shadow_agreements <= other.shadow_steps
