@@ -19,16 +19,16 @@ from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects, root_run_id_of
 from aiinfra_pipelines.mining.assets import auto_labels, mined_badcases
 
-from .benchmark import benchmark_log_ids, freeze_benchmark
+from .benchmark import benchmark_log_ids
 from .calibration import coverage_report, select_calibration_set
 from .manifest import build_manifest, next_dataset_version
 from .selection import (
     BENCHMARK_MANIFEST,
     TRAINING_LATEST,
     configured_training_rows,
+    next_benchmark_manifest,
     published_frames,
     read_json_if_exists,
-    trained_logs,
 )
 from .settings import calibration_gates, dataset_settings
 from .split import split_by_log
@@ -58,16 +58,10 @@ def benchmark_set(
     benchmark logs yet. Changing membership is an explicit, recorded act: materialize with
     ``add_logs`` / ``remove_logs`` and a ``reason``, which the manifest's ``changes`` keeps.
     """
-    settings = dataset_settings()
     frames = published_frames(lake)
-    existing = read_json_if_exists(lake, BENCHMARK_MANIFEST)
-    manifest = freeze_benchmark(
-        existing,
+    existing, manifest = next_benchmark_manifest(
+        lake,
         frames,
-        fraction=settings.benchmark_fraction,
-        seed=settings.seed,
-        min_logs_per_slice=settings.min_benchmark_logs_per_slice,
-        exclude_logs=trained_logs(lake),
         add_logs=config.add_logs,
         remove_logs=config.remove_logs,
         reason=config.reason or None,

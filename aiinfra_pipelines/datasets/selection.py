@@ -20,7 +20,7 @@ from aiinfra_pipelines.lake.layout import DATASETS_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
-from .benchmark import exclude_benchmark
+from .benchmark import benchmark_log_ids, exclude_benchmark, freeze_benchmark
 from .settings import dataset_settings
 
 BENCHMARK_MANIFEST = f"{DATASETS_PREFIX}benchmark/manifest.json"
@@ -57,6 +57,55 @@ def trained_logs(lake: VersionedLake) -> set[str]:
         return set()
     manifest = lake.get_json(latest["commit"], latest["manifest_key"])
     return {log for logs in manifest["logs"].values() for log in logs}
+
+
+def next_benchmark_manifest(
+    lake: VersionedLake,
+    frames: pd.DataFrame,
+    *,
+    add_logs: list[str] | tuple[str, ...] = (),
+    remove_logs: list[str] | tuple[str, ...] = (),
+    reason: str | None = None,
+) -> tuple[dict | None, dict]:
+    """(the benchmark manifest on ``main``, the one ``benchmark_set`` would write next).
+
+    One function for the asset and the retraining sensor, so the sensor's "would a candidate
+    have anything to be evaluated on" is the asset's own selection, not an estimate.
+    """
+    settings = dataset_settings()
+    existing = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    manifest = freeze_benchmark(
+        existing,
+        frames,
+        fraction=settings.benchmark_fraction,
+        seed=settings.seed,
+        min_logs_per_slice=settings.min_benchmark_logs_per_slice,
+        exclude_logs=trained_logs(lake),
+        add_logs=add_logs,
+        remove_logs=remove_logs,
+        reason=reason,
+    )
+    return existing, manifest
+
+
+def benchmark_not_ready(lake: VersionedLake) -> str | None:
+    """Why no candidate could be evaluated yet, or ``None`` when the benchmark has logs.
+
+    A benchmark log is held out per slice only once the slice has a second log (one stays for
+    training), so a young lake where every slice has been driven once has nothing to score a
+    candidate on; training then would only produce a run that fails at ``offline_eval``.
+    """
+    existing = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    if existing is not None and benchmark_log_ids(existing):
+        return None
+    _, manifest = next_benchmark_manifest(lake, published_frames(lake))
+    if benchmark_log_ids(manifest):
+        return None
+    slices = len(manifest["uncovered_slices"])
+    return (
+        f"the benchmark would hold no log yet: none of the {slices} slice(s) seen has a second "
+        "log to hold out, so a candidate could not be evaluated; waiting for more drives"
+    )
 
 
 def _in(frames: pd.DataFrame, keys: pd.DataFrame) -> pd.Series:

@@ -85,7 +85,12 @@ def run_demo(
     lake = build_lake(load_environment())
     lake.ensure_repository()
 
-    with DaemonProcess(dagster_home() / "demo" / "daemon.log") as daemon:
+    daemon_process = DaemonProcess(
+        dagster_home() / "demo" / "daemon.log",
+        max_restarts=int(settings["daemon_restarts"]),
+        on_restart=lambda message: console.print(f"[yellow]{message}[/]"),
+    )
+    with daemon_process as daemon:
         for cycle in range(1, cycles + 1):
             cycle_started = time.monotonic()
             console.print(Rule(f"cycle {cycle} of {cycles}"))

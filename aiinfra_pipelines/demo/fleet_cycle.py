@@ -29,8 +29,8 @@ from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.deployed import load_deployed_engine
 from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
 from aiinfra_pipelines.progress import progress_bar
-from aiinfra_pipelines.release.cohorts import runs_candidate
-from aiinfra_pipelines.release.rollout import read_current
+from aiinfra_pipelines.release.cohorts import CANDIDATE_STATUSES, runs_candidate
+from aiinfra_pipelines.release.rollout import SHADOW, read_current
 
 CANDIDATE, CONTROL = "candidate", "control"
 
@@ -64,6 +64,8 @@ class FleetAssignment:
         production = self.production.name if self.production else "rule-planner-0"
         if self.candidate is None or self.rollout is None:
             return f"every car runs {production}"
+        if self.rollout["status"] == SHADOW:
+            return f"every car runs {production} with {self.candidate.name} in shadow"
         return (
             f"cohort {self.rollout['stage']} ({self.rollout['cohort_percent']}%) runs "
             f"{self.candidate.name}, the rest {production} with {self.candidate.name} in shadow"
@@ -81,7 +83,9 @@ def fleet_assignment(lake: VersionedLake) -> FleetAssignment:
         )
     rollout = read_current(lake)
     candidate = None
-    if rollout is not None and rollout.get("engine_key"):
+    # A candidate in shadow rides along in shadow mode only; in a rollout stage its cohort
+    # drives with it; rolled back or completed, it is not a candidate any more.
+    if rollout is not None and rollout["status"] in (SHADOW, *CANDIDATE_STATUSES):
         onnx = lake.get_object(MAIN_BRANCH, rollout["engine_key"])
         candidate = OnnxRuntimeEngine(
             onnx, spec, name=engine_name(str(rollout["model_version"])), batch_size=1

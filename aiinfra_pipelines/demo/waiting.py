@@ -16,11 +16,7 @@ import dagster as dg
 from rich.console import Console
 
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.sensors.retrain_sensor import (
-    decide_retraining,
-    latest_drift_verdict,
-    retraining_settings,
-)
+from aiinfra_pipelines.sensors.retrain_sensor import plan_retraining
 from aiinfra_pipelines.sensors.rollout_sensor import plan_release_requests
 from aiinfra_pipelines.sensors.simulation_sensor import RUN_KEY_TAG, plan_regression_runs
 from aiinfra_pipelines.simulation.assets import shard_partition_keys
@@ -130,7 +126,7 @@ def _key_has_run(instance: dg.DagsterInstance, run_key: str) -> bool:
 def pending_work(instance: dg.DagsterInstance, lake: VersionedLake) -> list[str]:
     """What the loop's sensors would still start, judged by their own planning functions."""
     pending: list[str] = []
-    decision = decide_retraining(_unseen(lake), latest_drift_verdict(lake), retraining_settings())
+    decision = plan_retraining(lake)
     if decision.retrain and not _key_has_run(instance, decision.run_key):
         pending.append(f"training ({decision.reason})")
 
@@ -146,12 +142,6 @@ def pending_work(instance: dg.DagsterInstance, lake: VersionedLake) -> list[str]
         if not _key_has_run(instance, request.run_key)
     ]
     return pending
-
-
-def _unseen(lake: VersionedLake):
-    from aiinfra_pipelines.datasets.selection import unseen_badcases
-
-    return unseen_badcases(lake)
 
 
 def in_flight_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:

@@ -82,6 +82,14 @@ def offline_eval(
     if manifest is None:
         raise ValueError("no benchmark_set on main: materialize benchmark_set first")
     rows = pd.read_parquet(io.BytesIO(lake.get_object(MAIN_BRANCH, manifest["frames_key"])))
+    if rows.empty:
+        # Every slice has a single log so far, and a slice's last log always goes to training:
+        # there is nothing held out to evaluate on, and an empty benchmark proves nothing.
+        raise ValueError(
+            f"benchmark set {manifest['version']} holds no frames (uncovered slices: "
+            f"{', '.join(manifest.get('uncovered_slices', [])) or 'none listed'}); land more "
+            "logs so slices have a log to hold out, then re-run"
+        )
     frames = load_frames(lake, rows, MAIN_BRANCH)
     candidate = slice_metrics(
         _load_model(trained_model["model_uri"], mlflow_tracking.uri()), frames

@@ -15,7 +15,7 @@ import dagster as dg
 import pandas as pd
 
 from aiinfra_pipelines.config import load_resource_yaml
-from aiinfra_pipelines.datasets.selection import FRAME_KEY, unseen_badcases
+from aiinfra_pipelines.datasets.selection import FRAME_KEY, benchmark_not_ready, unseen_badcases
 from aiinfra_pipelines.ingest import definitions as ingest_layer
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.mining import definitions as mining_layer
@@ -77,6 +77,22 @@ def decide_retraining(
     )
 
 
+def plan_retraining(lake: VersionedLake) -> RetrainingDecision:
+    """The sensor's decision on the lake as it is (also what the demo waits on).
+
+    Enough badcases are not enough while the benchmark is empty: a candidate could not be
+    evaluated, so the run would fail at ``offline_eval``; the sensor waits for more drives.
+    """
+    decision = decide_retraining(
+        unseen_badcases(lake), latest_drift_verdict(lake), retraining_settings()
+    )
+    if decision.retrain:
+        waiting = benchmark_not_ready(lake)
+        if waiting is not None:
+            return RetrainingDecision(False, f"{decision.reason}, but {waiting}")
+    return decision
+
+
 def data_runs_in_flight(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
     """Queued or running runs that ingest or mine logs (they feed the next dataset)."""
     return [
@@ -110,9 +126,7 @@ def retraining_sensor(
     if feeding:
         # Logs are being ingested or mined right now: a dataset cut now would miss them.
         return dg.SkipReason(f"{len(feeding)} ingest/mining run(s) still in flight")
-    decision = decide_retraining(
-        unseen_badcases(lake), latest_drift_verdict(lake), retraining_settings()
-    )
+    decision = plan_retraining(lake)
     if not decision.retrain:
         return dg.SkipReason(decision.reason)
     context.log.info(f"requesting {TRAINING_JOB}: {decision.reason}")

@@ -145,3 +145,33 @@ def test_a_new_dataset_absorbs_the_badcases_and_the_sensor_goes_quiet(mined_inst
     assert result.success
     assert unseen_badcases(lake).empty
     assert isinstance(_tick(instance, lake), dg.SkipReason)
+
+
+def test_waits_for_a_benchmark_before_training_a_first_candidate(low_threshold, tmp_path):
+    """Every slice driven once: nothing can be held out, so a candidate could not be scored.
+
+    Training then would only fail at ``offline_eval``; the sensor says why it waits instead,
+    and requests the cycle as soon as one slice has a second log.
+    """
+    lake = LocalLake(root=str(tmp_path / "lake"))
+    lake.ensure_repository()
+    resources = loop_resources(lake, tmp_path)
+    one_per_slice = [
+        make_synthetic_log(n_frames=12, seed=seed, image_height=64, image_width=160, road_type=road)
+        for seed, road in ((11, "highway"), (12, "merge"))
+    ]
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        ingest_and_mine(instance, resources, "singles", one_per_slice)
+        assert len(unseen_badcases(lake)) >= THRESHOLD
+        waiting = _tick(instance, lake)
+        assert isinstance(waiting, dg.SkipReason)
+        assert "benchmark would hold no log yet" in waiting.skip_message
+        assert "none of the 2 slice(s)" in waiting.skip_message
+
+        second_highway = make_synthetic_log(
+            n_frames=12, seed=13, image_height=64, image_width=160, road_type="highway"
+        )
+        ingest_and_mine(instance, resources, "repeat", [second_highway])
+        (request,) = _tick(instance, lake).run_requests
+        assert request.run_key.startswith("retrain-badcases-")
