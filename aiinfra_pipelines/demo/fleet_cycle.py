@@ -16,19 +16,18 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
+from aiinfra_pipelines.fleet.drive import drive_fleet_logs
 from aiinfra_pipelines.fleet.landing import LandedBatch, land_batch
-from aiinfra_pipelines.fleet.simulator import EpisodeDrive, drive_fleet
+from aiinfra_pipelines.fleet.simulator import EpisodeDrive
 from aiinfra_pipelines.fleet.vehicles import Vehicle
 from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
-from aiinfra_pipelines.logs.writer import encode_drive_log
 from aiinfra_pipelines.operations.landing import LandedTelemetry, land_telemetry
 from aiinfra_pipelines.operations.telemetry import record_from_episode
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.deployed import load_deployed_engine
 from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
-from aiinfra_pipelines.progress import progress_bar
 from aiinfra_pipelines.release.cohorts import CANDIDATE_STATUSES, runs_candidate
 from aiinfra_pipelines.release.rollout import SHADOW, read_current
 
@@ -115,22 +114,16 @@ def drive_and_upload(
 ) -> FleetUpload:
     """Drive, then land logs (plus ``faulty_logs`` corrupted copies) and telemetry."""
     drives: list[EpisodeDrive] = []
-    with progress_bar(console) as progress:
-        task = progress.add_task("driving", total=vehicles * episodes)
-        logs = drive_fleet(
-            vehicles,
-            episodes,
-            seed,
-            on_progress=lambda done, total: progress.update(task, completed=done, total=total),
-            engine_for_vehicle=assignment.engine_for,
-            on_episode=drives.append,
-            shadow_for_vehicle=assignment.shadow_for,
-        )
-        encode = progress.add_task("encoding MCAP", total=len(logs))
-        uploads = []
-        for log in logs:
-            uploads.append((log.log_id, encode_drive_log(log)))
-            progress.advance(encode)
+    logs = drive_fleet_logs(
+        vehicles=vehicles,
+        episodes=episodes,
+        seed=seed,
+        console=console,
+        engine_for_vehicle=assignment.engine_for,
+        on_episode=drives.append,
+        shadow_for_vehicle=assignment.shadow_for,
+    )
+    uploads = [(log_id, data) for log_id, data, _ in logs]
     uploads += [(f"{log_id}-truncated", corrupt(data)) for log_id, data in uploads[:faulty_logs]]
     landed = land_batch(
         lake,

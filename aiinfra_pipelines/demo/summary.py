@@ -21,6 +21,7 @@ from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.release.rollout import PUBLISHED_TELEMETRY_PREFIX, list_states
 from aiinfra_pipelines.release.shadow import shadow_agreement
+from aiinfra_pipelines.sensors.retrain_sensor import plan_retraining
 from aiinfra_pipelines.status import frames_by_slice
 
 from .fleet_cycle import FleetUpload
@@ -122,7 +123,8 @@ def print_training_summary(
     """The cycle's training run, its candidate's gates; returns the model version (if any)."""
     runs = window.runs(instance, "training_cycle")
     if not runs:
-        console.print("[bold]training[/] not triggered this cycle (below the retraining threshold)")
+        why = plan_retraining(lake).reason
+        console.print(f"[bold]training[/] not triggered this cycle: {escape(why)}")
         return None
     run = runs[0]
     dataset = materialization_metadata(instance, run, "training_dataset")

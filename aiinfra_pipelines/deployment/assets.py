@@ -30,7 +30,7 @@ from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import (
     MAIN_BRANCH,
     ensure_run_branch,
-    publish_objects,
+    publish_with_run_branch,
     root_run_id_of,
 )
 from aiinfra_pipelines.perception.contract import perception_spec
@@ -512,7 +512,8 @@ def published_engine(
         reports=reports,
     )
     manifest_bytes = json_bytes(manifest)
-    commit = publish_objects(
+    # The run branch holds the engines and gate reports the manifest names: one merge.
+    commit = publish_with_run_branch(
         lake,
         root,
         {

@@ -22,6 +22,7 @@ from aiinfra_pipelines.perception.contract import (
 )
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
+# Not REFERENCE_COLUMNS on purpose: tags name a frame and its slice, not where it is stored.
 TAG_COLUMNS: tuple[str, ...] = (
     "log_id",
     "frame_index",

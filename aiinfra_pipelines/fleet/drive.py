@@ -12,13 +12,26 @@ from aiinfra_pipelines.logs.writer import encode_drive_log
 from aiinfra_pipelines.progress import progress_bar
 
 from .landing import LandedBatch, land_batch
-from .simulator import drive_fleet
+from .simulator import EngineForVehicle, EpisodeCallback, drive_fleet
 
 
 def drive_fleet_logs(
-    *, vehicles: int, episodes: int, seed: int, console: Console | None = None
+    *,
+    vehicles: int,
+    episodes: int,
+    seed: int,
+    console: Console | None = None,
+    engine_for_vehicle: EngineForVehicle | None = None,
+    on_episode: EpisodeCallback | None = None,
+    shadow_for_vehicle: EngineForVehicle | None = None,
 ) -> list[tuple[str, bytes, DriveLog]]:
-    """Drive ``vehicles`` × ``episodes`` with a progress bar; returns (log id, MCAP, log)."""
+    """Drive ``vehicles`` × ``episodes`` with a progress bar; returns (log id, MCAP, log).
+
+    Every uploader (the plain CLI drive and the demo's cohort drive) shows the same two bars,
+    driving then MCAP encoding, so both call this; the hooks are passed to
+    :func:`~aiinfra_pipelines.fleet.simulator.drive_fleet` unchanged (rollout engines, shadow
+    engines, per-episode telemetry).
+    """
     with progress_bar(console) as progress:
         task = progress.add_task("driving", total=vehicles * episodes)
         logs = drive_fleet(
@@ -26,6 +39,9 @@ def drive_fleet_logs(
             episodes,
             seed,
             on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+            engine_for_vehicle=engine_for_vehicle,
+            on_episode=on_episode,
+            shadow_for_vehicle=shadow_for_vehicle,
         )
         encode = progress.add_task("encoding MCAP", total=len(logs))
         encoded = []

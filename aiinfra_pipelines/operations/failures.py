@@ -120,8 +120,9 @@ def record_failure(
 ) -> tuple[dict[str, Any], str]:
     """Publish the failure record to main and report it on ``loop_failures``.
 
-    Returns (record, main commit). Writing on a branch of its own (``run-failure-<run id>``)
-    keeps it apart from the failed run's own branch, which stays for inspection.
+    Returns (record, main commit). Writing on a branch of its own
+    (``run-failure-<run id>-publish-<hash>``) keeps it apart from the failed run's own branch,
+    which stays for inspection.
     """
     record = failure_record(instance, run, failure_event)
     key = failure_record_key(run.run_id)

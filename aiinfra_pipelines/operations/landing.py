@@ -22,7 +22,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from aiinfra_pipelines.fleet.landing import ingest_branch_name
-from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX
+from aiinfra_pipelines.ingest.discovery import moved_ingest_branches
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
@@ -123,20 +123,10 @@ def discover_telemetry(
 ) -> tuple[list[TelemetryBatch], dict[str, str]]:
     """Batches with new or changed telemetry uploads since ``cursor`` (branch → head seen)."""
     settings = settings or TelemetrySettings.load()
-    lake.ensure_repository()
-    batches: list[TelemetryBatch] = []
-    next_cursor: dict[str, str] = {}
-    for branch in lake.list_branches(prefix=INGEST_BRANCH_PREFIX):
-        next_cursor[branch.name] = branch.head
-        previous = cursor.get(branch.name)
-        if previous == branch.head:
-            continue
-        if previous:
-            changes = lake.diff(previous, branch.head, prefix=settings.upload_prefix)
-        else:
-            changes = lake.diff(
-                MAIN_BRANCH, branch.head, prefix=settings.upload_prefix, three_dot=True
-            )
-        if any(change.type != "removed" for change in changes):
-            batches.append(TelemetryBatch(branch=branch.name, commit=branch.head))
+    moved, next_cursor = moved_ingest_branches(lake, cursor, settings.upload_prefix)
+    batches = [
+        TelemetryBatch(branch=branch.name, commit=branch.head)
+        for branch in moved
+        if any(change.type != "removed" for change in branch.changes)
+    ]
     return batches, next_cursor

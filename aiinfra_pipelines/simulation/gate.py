@@ -22,7 +22,7 @@ Every failure is named, so the report (and certification after it) can say exact
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,7 +184,7 @@ def evaluate_gate(
             )
     budgets = section.get("budgets") or {}
     aggregate = _rates(comparisons)
-    increase = aggregate["candidate_collision_rate"] - aggregate["production_collision_rate"]
+    increase = _collision_rate_increase(aggregate)
     budget = float(budgets.get("collision_rate", 0.0))
     aggregate["collision_rate_increase"] = round(increase, 6)
     aggregate["collision_rate_budget"] = budget
@@ -193,30 +193,19 @@ def evaluate_gate(
             f"collision rate {aggregate['candidate_collision_rate']:.3f} exceeds production's "
             f"{aggregate['production_collision_rate']:.3f} by {increase:.3f} > budget {budget:.3f}"
         )
-    slices = []
     slice_budget = float(budgets.get("slice_collision_rate", 0.0))
-    min_scenarios = int(section.get("min_slice_scenarios", 1))
-    for name in sorted({c.slice for c in comparisons}):
-        members = [c for c in comparisons if c.slice == name]
-        rates = _rates(members)
-        slice_increase = rates["candidate_collision_rate"] - rates["production_collision_rate"]
-        gated = len(members) >= min_scenarios
-        slice_passed = not gated or slice_increase <= slice_budget + 1e-12
-        slices.append(
-            {"slice": name, **rates, "gated": gated, "passed": slice_passed, "budget": slice_budget}
-        )
-        if not slice_passed:
-            failures.append(
-                f"slice {name}: collision rate {rates['candidate_collision_rate']:.3f} exceeds "
-                f"production's {rates['production_collision_rate']:.3f} by "
-                f"{slice_increase:.3f} > budget {slice_budget:.3f}"
-            )
-    return GateResult(
-        passed=not failures,
-        failures=failures,
-        comparisons=comparisons,
-        aggregate=aggregate,
-        slices=slices,
+    return _judge_slices(
+        comparisons,
+        section,
+        aggregate,
+        failures,
+        limit=slice_budget,
+        measure=_collision_rate_increase,
+        describe=lambda s: (
+            f"slice {s['slice']}: collision rate {s['candidate_collision_rate']:.3f} exceeds "
+            f"production's {s['production_collision_rate']:.3f} by "
+            f"{_collision_rate_increase(s):.3f} > budget {slice_budget:.3f}"
+        ),
     )
 
 
@@ -254,20 +243,47 @@ def _first_release_gate(
             f"exceeds the absolute limit {cap:.3f} (no production engine to compare with)"
         )
     slice_cap = limits.get("max_slice_collision_rate")
+    return _judge_slices(
+        comparisons,
+        section,
+        aggregate,
+        failures,
+        limit=slice_cap,
+        measure=lambda rates: rates["candidate_collision_rate"],
+        describe=lambda s: (
+            f"first release: slice {s['slice']} collision rate "
+            f"{s['candidate_collision_rate']:.3f} exceeds the limit {float(slice_cap):.3f}"
+        ),
+    )
+
+
+def _judge_slices(
+    comparisons: Sequence[ScenarioComparison],
+    section: Mapping[str, Any],
+    aggregate: dict[str, Any],
+    failures: Sequence[str],
+    *,
+    limit: float | None,
+    measure: Callable[[Mapping[str, Any]], float],
+    describe: Callable[[Mapping[str, Any]], str],
+) -> GateResult:
+    """Judge every slice (``measure(rates) <= limit``) and close the gate with the result.
+
+    Both gates (against production, and the absolute first-release limits) judge slices the
+    same way, so the rule lives once: a slice with fewer than ``min_slice_scenarios`` scenarios
+    is reported but not gated (one collision in a noise-sized slice says nothing about the
+    engine), and no ``limit`` means per-slice limits are not configured. Each failing slice
+    adds ``describe(slice)`` after the library-wide ``failures``; ``budget`` records ``limit``
+    as configured.
+    """
     min_scenarios = int(section.get("min_slice_scenarios", 1))
     slices = []
     for name in sorted({c.slice for c in comparisons}):
         rates = _rates([c for c in comparisons if c.slice == name])
-        gated = slice_cap is not None and rates["scenarios"] >= min_scenarios
-        slice_passed = not gated or rates["candidate_collision_rate"] <= float(slice_cap) + 1e-12
-        slices.append(
-            {"slice": name, **rates, "gated": gated, "passed": slice_passed, "budget": slice_cap}
-        )
-        if not slice_passed:
-            failures.append(
-                f"first release: slice {name} collision rate "
-                f"{rates['candidate_collision_rate']:.3f} exceeds the limit {float(slice_cap):.3f}"
-            )
+        gated = limit is not None and rates["scenarios"] >= min_scenarios
+        passed = not gated or measure(rates) <= float(limit) + 1e-12
+        slices.append({"slice": name, **rates, "gated": gated, "passed": passed, "budget": limit})
+    failures = [*failures, *(describe(s) for s in slices if not s["passed"])]
     return GateResult(
         passed=not failures,
         failures=failures,
@@ -275,6 +291,11 @@ def _first_release_gate(
         aggregate=aggregate,
         slices=slices,
     )
+
+
+def _collision_rate_increase(rates: Mapping[str, Any]) -> float:
+    """How much more often the candidate collides than production (negative: less often)."""
+    return rates["candidate_collision_rate"] - rates["production_collision_rate"]
 
 
 def _rates(comparisons: Sequence[ScenarioComparison]) -> dict[str, Any]:
