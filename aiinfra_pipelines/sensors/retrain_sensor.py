@@ -29,6 +29,9 @@ DATA_ASSETS = frozenset(
     for asset in layer.defs.assets
     for key in asset.keys
 )
+MINING_ASSETS = frozenset(key for asset in mining_layer.defs.assets for key in asset.keys)
+PUBLISHED_INGEST = dg.AssetKey("published_ingest")
+PUBLISHED_MINING = dg.AssetKey("published_mining")
 TRIGGER_TAG = "aiinfra/trigger"
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
@@ -102,6 +105,29 @@ def data_runs_in_flight(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
     ]
 
 
+def logs_awaiting_mining(instance: dg.DagsterInstance) -> list[str]:
+    """Published logs whose mining has not run yet (or is still to be retried).
+
+    Between a log's ingest run ending and the automation sensor launching its mining run no
+    data run is in flight, yet a dataset cut then would miss that log's badcases. A log whose
+    mining failed for good is not waited on: the failure sensor reports it, and the loop goes on.
+    """
+    unmined = instance.get_materialized_partitions(PUBLISHED_INGEST) - (
+        instance.get_materialized_partitions(PUBLISHED_MINING)
+    )
+    waiting = []
+    for partition in sorted(unmined):
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/partition": partition}))
+        mining = [r for r in runs if r.asset_selection and r.asset_selection & MINING_ASSETS]
+        failed_for_good = bool(mining) and (
+            mining[0].status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+            and mining[0].tags.get("dagster/will_retry") != "true"
+        )
+        if not failed_for_good:
+            waiting.append(partition)
+    return waiting
+
+
 def latest_drift_verdict(lake: VersionedLake) -> dict | None:
     """The newest drift_monitor verdict on main, if the operations layer has published one."""
     return read_latest_drift(lake)
@@ -126,6 +152,9 @@ def retraining_sensor(
     if feeding:
         # Logs are being ingested or mined right now: a dataset cut now would miss them.
         return dg.SkipReason(f"{len(feeding)} ingest/mining run(s) still in flight")
+    unmined = logs_awaiting_mining(context.instance)
+    if unmined:
+        return dg.SkipReason(f"{len(unmined)} published log(s) not mined yet, e.g. {unmined[0]}")
     decision = plan_retraining(lake)
     if not decision.retrain:
         return dg.SkipReason(decision.reason)

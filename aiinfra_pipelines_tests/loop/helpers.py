@@ -55,23 +55,37 @@ def all_assets_and_checks() -> list:
 
 
 def ingest_and_mine(
-    instance: dg.DagsterInstance, resources: dict, batch_id: str, logs: Sequence[DriveLog]
+    instance: dg.DagsterInstance,
+    resources: dict,
+    batch_id: str,
+    logs: Sequence[DriveLog],
+    groups: Sequence[str] = PER_LOG_GROUPS,
 ) -> list[str]:
-    """Land ``logs`` as one batch and run every per-log group for each; returns partitions."""
+    """Land ``logs`` as one batch and run the per-log ``groups`` for each; returns partitions."""
     batch = land(resources["lake"], batch_id, [(log.log_id, log) for log in logs])
     partitions = [f"{batch.branch}/{key}" for key in batch.keys]
     instance.add_dynamic_partitions(drive_log_partitions.name, partitions)
+    materialize_per_log(instance, resources, partitions, groups)
+    return partitions
+
+
+def materialize_per_log(
+    instance: dg.DagsterInstance,
+    resources: dict,
+    partitions: Sequence[str],
+    groups: Sequence[str],
+) -> None:
+    """One run per log partition over ``groups`` (what the ingest and automation sensors do)."""
     assets = all_assets_and_checks()
     for partition in partitions:
         result = dg.materialize(
             assets,
-            selection=dg.AssetSelection.groups(*PER_LOG_GROUPS),
+            selection=dg.AssetSelection.groups(*groups),
             instance=instance,
             resources=resources,
             partition_key=partition,
         )
         assert result.success
-    return partitions
 
 
 def run_training_cycle(

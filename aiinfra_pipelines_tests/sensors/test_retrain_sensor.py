@@ -23,6 +23,7 @@ from aiinfra_pipelines_tests.loop.helpers import (
     all_assets_and_checks,
     ingest_and_mine,
     loop_resources,
+    materialize_per_log,
 )
 
 THRESHOLD = 5
@@ -174,4 +175,31 @@ def test_waits_for_a_benchmark_before_training_a_first_candidate(low_threshold, 
         )
         ingest_and_mine(instance, resources, "repeat", [second_highway])
         (request,) = _tick(instance, lake).run_requests
+        assert request.run_key.startswith("retrain-badcases-")
+
+
+def test_waits_until_every_published_log_is_mined(low_threshold, tmp_path):
+    """Ingested but not yet mined (the automation sensor has not launched mining): no data run
+    is in flight, yet a dataset cut now would miss those logs' badcases, so the sensor waits."""
+    lake = LocalLake(root=str(tmp_path / "lake"))
+    lake.ensure_repository()
+    resources = loop_resources(lake, tmp_path)
+    logs = [
+        make_synthetic_log(n_frames=12, seed=seed, image_height=64, image_width=160)
+        for seed in (21, 22, 23)
+    ]
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        partitions = ingest_and_mine(instance, resources, "mined", logs[:2])
+        late = ingest_and_mine(instance, resources, "late", logs[2:], groups=("ingest",))
+        assert len(unseen_badcases(lake)) >= THRESHOLD  # the first two alone would trigger
+        waiting = _tick(instance, lake)
+        assert isinstance(waiting, dg.SkipReason)
+        assert f"1 published log(s) not mined yet, e.g. {late[0]}" in waiting.skip_message
+
+        materialize_per_log(instance, resources, late, ("mining",))
+        (request,) = _tick(instance, lake).run_requests
+        assert set(partitions) | set(late) <= instance.get_materialized_partitions(
+            dg.AssetKey("published_mining")
+        )
         assert request.run_key.startswith("retrain-badcases-")
