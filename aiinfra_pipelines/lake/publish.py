@@ -141,9 +141,7 @@ def publish_objects(
     if lake.branch_exists(branch):
         lake.delete_branch(branch)
     lake.create_branch(branch, source_ref=MAIN_BRANCH)
-    for key, data in objects.items():
-        lake.put_object(branch, key, data)
-    lake.commit(branch, message, metadata, allow_empty=True)
+    _commit_objects(lake, branch, objects, message, metadata)
     merge_commit = lake.merge(
         branch,
         MAIN_BRANCH,
@@ -167,8 +165,18 @@ def publish_with_run_branch(
     steps staged go to ``main`` in the same merge as the manifest naming them). It must be
     downstream of every step of its run that writes the run branch: the merge deletes it.
     """
-    branch = ensure_run_branch(lake, root_run_id)
+    _commit_objects(lake, ensure_run_branch(lake, root_run_id), objects, message, metadata)
+    return publish_run_branch(lake, root_run_id, message, metadata)
+
+
+def _commit_objects(
+    lake: VersionedLake,
+    branch: str,
+    objects: dict[str, bytes],
+    message: str,
+    metadata: dict[str, str],
+) -> None:
+    """Put ``objects`` on ``branch`` and commit them (even none: the commit records the act)."""
     for key, data in objects.items():
         lake.put_object(branch, key, data)
     lake.commit(branch, message, metadata, allow_empty=True)
-    return publish_run_branch(lake, root_run_id, message, metadata)
