@@ -41,5 +41,5 @@ def render_status(lake: VersionedLake, console: Console) -> None:
         return
     qtable = Table("log", "reasons", title=f"quarantine ({len(quarantine)})")
     for row in quarantine.itertuples():
-        qtable.add_row(row.partition_key, row.reason_codes)
+        qtable.add_row(row.log, row.reason_codes)
     console.print(qtable)

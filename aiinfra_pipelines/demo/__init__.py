@@ -19,7 +19,7 @@ from rich.rule import Rule
 
 from aiinfra_pipelines.config import dagster_home
 from aiinfra_pipelines.environment import build_lake, load_environment
-from aiinfra_pipelines.ingest.partitions import LogLocation
+from aiinfra_pipelines.ingest.partitions import BatchRef
 
 from .daemon import DaemonProcess
 from .fleet_cycle import batch_name, drive_and_upload, fleet_assignment
@@ -50,7 +50,7 @@ def corrupt_copy(data: bytes) -> bytes:
 
 
 def published_partitions(instance: dg.DagsterInstance, runs: list[dg.DagsterRun]) -> list[str]:
-    """Partitions whose ingest run published to main (quarantined logs stop before that)."""
+    """Batch partitions whose ingest run published to main."""
     published = instance.get_materialized_partitions(PUBLISHED_INGEST)
     return sorted(p for p in (r.tags.get("dagster/partition") for r in runs) if p in published)
 
@@ -114,10 +114,7 @@ def run_demo(
                 f"landed {len(upload.logs.keys)} log(s) and {upload.telemetry.records} telemetry "
                 f"record(s) on [cyan]{upload.logs.branch}[/]"
             )
-            landed = [
-                LogLocation(branch=upload.logs.branch, key=key).partition_key
-                for key in upload.logs.keys
-            ]
+            landed = [BatchRef(upload.logs.branch, upload.logs.commit).partition_key]
             runs = wait_for_ingest(instance, landed, daemon, deadline, console)
             print_data_summary(lake, upload, runs, console)
             partitions = published_partitions(instance, runs)

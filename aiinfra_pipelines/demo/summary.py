@@ -72,7 +72,8 @@ def print_data_summary(
     failed = [run for run in runs if run.status != dg.DagsterRunStatus.SUCCESS]
     accepted = index["log_key"].nunique() if not index.empty else 0
     console.print(
-        f"[bold]logs[/] landed {len(runs)}, accepted {accepted}, quarantined {len(quarantine)}, "
+        f"[bold]logs[/] landed {len(upload.logs.keys)}, accepted {accepted}, "
+        f"quarantined {len(quarantine)}, "
         f"failed runs {len(failed)}; telemetry {upload.telemetry.records} drive record(s), "
         f"{upload.candidate_drives} from the candidate cohort"
     )
@@ -107,8 +108,8 @@ def print_mining_summary(lake: VersionedLake, partitions: list[str], console: Co
     )
     held_back = int(labels["held_back"].sum()) if len(labels) else 0
     console.print(
-        f"[bold]mining[/] {len(partitions)} new log(s); on main {len(badcases)} badcase frame(s) "
-        f"by reason {reasons}; label QC holds back {held_back}"
+        f"[bold]mining[/] {len(partitions)} new batch(es); on main {len(badcases)} badcase "
+        f"frame(s) by reason {reasons}; label QC holds back {held_back}"
     )
 
 

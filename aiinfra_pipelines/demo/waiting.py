@@ -1,8 +1,8 @@
 """Waiting for the daemon: the demo never runs an asset itself, it watches the loop work.
 
-Ingestion and mining are waited for explicitly (one run per landed log). After that the loop is
-a chain of sensors (retraining → simulation → certification → shadow → rollout → OTA), so a
-cycle is finished when the loop is *quiet*: no run queued or running, and none of those
+Ingestion and mining are waited for explicitly (one run per landed upload batch). After that
+the loop is a chain of sensors (retraining → simulation → certification → shadow → rollout →
+OTA), so a cycle is finished when the loop is *quiet*: no run queued or running, and none of those
 sensors' plans — the same functions the sensors evaluate — would request anything new.
 """
 
@@ -81,11 +81,7 @@ def wait_for_ingest(
     deadline: Deadline,
     console: Console,
 ) -> list[dg.DagsterRun]:
-    """The newest ingest run of every landed log's partition, once all have settled.
-
-    Runs are found by partition, not by upload commit: the sensor tags a run with the branch
-    head it saw, which may already include a later upload (the batch's telemetry).
-    """
+    """The newest ingest run of every landed batch's partition, once all have settled."""
     found: dict[str, dg.DagsterRun] = {}
 
     def done() -> tuple[bool, str]:
@@ -96,10 +92,10 @@ def wait_for_ingest(
             if runs:
                 found[partition] = runs[0]
         finished = [run for run in found.values() if settled(run)]
-        line = f"logs with runs {len(found)}/{len(partitions)}, settled {len(finished)}"
+        line = f"batches with runs {len(found)}/{len(partitions)}, settled {len(finished)}"
         return len(found) == len(partitions) and len(finished) == len(found), line
 
-    poll_until(done, "ingesting the landed logs", daemon, deadline, console)
+    poll_until(done, "ingesting the landed batch", daemon, deadline, console)
     return [found[partition] for partition in partitions]
 
 
@@ -110,13 +106,13 @@ def wait_for_mining(
     deadline: Deadline,
     console: Console,
 ) -> None:
-    """The automation sensor mines each published log on its own; wait until all are mined."""
+    """The automation sensor mines each published batch on its own; wait until all are."""
 
     def done() -> tuple[bool, str]:
         mined = instance.get_materialized_partitions(PUBLISHED_MINING) & set(partitions)
-        return len(mined) == len(partitions), f"logs mined {len(mined)}/{len(partitions)}"
+        return len(mined) == len(partitions), f"batches mined {len(mined)}/{len(partitions)}"
 
-    poll_until(done, "mining the new logs", daemon, deadline, console)
+    poll_until(done, "mining the new batch", daemon, deadline, console)
 
 
 def _key_has_run(instance: dg.DagsterInstance, run_key: str) -> bool:

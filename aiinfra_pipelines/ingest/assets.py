@@ -1,10 +1,11 @@
-"""Ingestion assets (group ``ingest``), one dynamic partition per landed drive log.
+"""Ingestion assets (group ``ingest``), one dynamic partition per landed upload batch.
 
-drive_logs → validated_drive_logs → anonymized_frames → scene_index → published_ingest.
-Every step writes on the run's lake branch; ``published_ingest`` merges it into ``main`` only
-after the blocking checks (no PII, Great Expectations suites) passed. A rejected log stops at
-validation: its quarantine record is published, its downstream steps are skipped, and the other
-logs of its batch — separate partitions, separate runs — are untouched.
+drive_logs → {validated_drive_logs, anonymized_frames, scene_index} → published_ingest.
+The middle step works the batch's logs on a pool of worker processes (``ingest_batch``); each
+log gets its own verdict, and rejected logs are quarantined with every reason while the good
+ones go on. Everything is written on the run's lake branch; ``published_ingest`` merges it into
+``main`` in one merge, only after the blocking checks (no PII, Great Expectations suites) have
+passed — so a failed audit, or a run killed anywhere, leaves ``main`` exactly as it was.
 """
 
 from collections.abc import Iterator
@@ -13,30 +14,43 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
+from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.lake.audits import RequiredAudit, verify_audits
 from aiinfra_pipelines.lake.io_manager import asset_object_base
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import (
+    MAIN_BRANCH,
     ensure_run_branch,
+    find_publish,
     publish_run_branch,
     root_run_id_of,
     run_branch_name,
 )
-from aiinfra_pipelines.logs.anonymize import anonymize_log
-from aiinfra_pipelines.logs.reader import read_drive_log
-from aiinfra_pipelines.logs.validation import validate_drive_log
 
+from .batch import (
+    ACCEPTED,
+    ALREADY_INGESTED,
+    DUPLICATE,
+    QUARANTINED,
+    BatchResult,
+    LogOutcome,
+    batch_record_key,
+    ingest_batch,
+    stage_batch_records,
+)
+from .discovery import batch_log_keys
 from .expectations import suite_names
-from .partitions import LogLocation, drive_log_partitions
-from .quarantine import quarantine_key, quarantine_record, write_quarantine_record
+from .partitions import BatchRef, ingest_batch_partitions
+from .pool import PoolSettings
 from .resources import AnonymizationKey
-from .tables import frames_table, scene_index_table, trigger_rule_names
 
 GROUP = "ingest"
 SOURCE_COMMIT_TAG = "aiinfra/source_commit"
 RETRY = dg.RetryPolicy(
     max_retries=3, delay=1, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.FULL
 )
+# The lake object each blocking check audits: the asset's stored output for the partition.
+AUDITED_FORMATS = {"anonymized_frames": ".json", "scene_index": ".parquet"}
 
 
 def root_run_id(context: dg.AssetExecutionContext) -> str:
@@ -45,263 +59,208 @@ def root_run_id(context: dg.AssetExecutionContext) -> str:
 
 
 def audited_object_key(asset: str, partition: str) -> str:
-    """The lake object an ingest check audits: the asset's Parquet output for the partition."""
-    return asset_object_base(dg.AssetKey(asset), partition) + ".parquet"
-
-
-def derived_objects(lake: VersionedLake, ref: str, partition: str) -> list[str]:
-    """Every object the ingest assets derived from one log that exists at ``ref``."""
-    keys = []
-    for asset in ("drive_logs", "validated_drive_logs", "anonymized_frames", "scene_index"):
-        base = asset_object_base(dg.AssetKey(asset), partition)
-        keys += [base + ext for ext in (".parquet", ".json") if lake.object_exists(ref, base + ext)]
-    return keys
+    """The lake object an ingest check audits: the asset's output for the partition."""
+    return asset_object_base(dg.AssetKey(asset), partition) + AUDITED_FORMATS[asset]
 
 
 def required_audits(partition: str) -> list[RequiredAudit]:
-    """Every blocking check that must have passed before a partition may reach ``main``."""
+    """Every blocking check that must have passed before a batch may reach ``main``."""
     checks = [("anonymized_frames", "anonymized_frames_have_no_pii")]
     checks += [("scene_index", f"gx_{name}") for name in suite_names("scene_index")]
     return [RequiredAudit(a, c, audited_object_key(a, partition)) for a, c in checks]
 
 
-def _markdown_reasons(reasons: list[tuple[str, str]]) -> str:
-    lines = ["| code | reason |", "| --- | --- |"]
-    lines += [f"| `{code}` | {message.replace('|', '/')} |" for code, message in reasons]
+def _verdict_table_md(result: BatchResult, rows: int) -> str:
+    lines = ["| log | verdict | frames | reasons / duplicate of |", "| --- | --- | --- | --- |"]
+    for outcome in result.outcomes[:rows]:
+        detail = ",".join(code for code, _ in outcome.reasons) or outcome.duplicate_of
+        lines.append(
+            f"| `{outcome.location.key}` | {outcome.verdict} | {outcome.frames} | "
+            f"{detail.replace('|', '/')} |"
+        )
+    if len(result.outcomes) > rows:
+        lines.append(f"| … {len(result.outcomes) - rows} more in the table | | | |")
     return "\n".join(lines)
 
 
+def _progress_logger(context: dg.AssetExecutionContext) -> Any:
+    """Log about every tenth of the batch (each log line is an event-log write)."""
+
+    def on_log(done: int, total: int, outcome: LogOutcome) -> None:
+        step = max(1, total // 10)
+        if done == total or done % step == 0:
+            context.log.info(f"{done}/{total} logs worked (last: {outcome.location.key})")
+        if outcome.verdict == QUARANTINED:
+            codes = ",".join(code for code, _ in outcome.reasons)
+            context.log.warning(f"quarantined {outcome.location.name}: {codes}")
+
+    return on_log
+
+
 @dg.asset(
-    partitions_def=drive_log_partitions,
+    partitions_def=ingest_batch_partitions,
     group_name=GROUP,
     kinds={"mcap", "lakefs"},
     retry_policy=RETRY,
 )
 def drive_logs(context: dg.AssetExecutionContext, lake: VersionedLake) -> dict[str, Any]:
-    """A raw drive log landed on an ingest branch, pinned to the commit it arrived in.
+    """The raw drive logs of one upload batch, pinned to the commit that landed them.
 
     The bytes stay where they landed (raw logs carry PII and never reach ``main``); this asset
-    records which object at which commit the rest of the partition reads.
+    records which objects at which commit the rest of the partition reads.
     """
-    location = LogLocation.from_partition_key(context.partition_key)
-    commit = context.run.tags.get(SOURCE_COMMIT_TAG) or lake.resolve_ref(location.branch)
-    stat = lake.stat_object(commit, location.key)
+    batch = BatchRef.from_partition_key(context.partition_key)
+    keys = batch_log_keys(lake, batch)
+    logs = []
+    for key in keys:
+        stat = lake.stat_object(batch.commit, key)
+        logs.append({"key": key, "size": stat.size, "checksum": stat.checksum})
     context.add_output_metadata(
         {
-            "source_branch": location.branch,
-            "source_commit": commit,
-            "log_key": location.key,
-            "size_bytes": stat.size,
-            "checksum": stat.checksum,
+            "source_branch": batch.branch,
+            "source_commit": batch.commit,
+            "logs": len(logs),
+            "size_bytes": sum(log["size"] for log in logs),
         }
     )
-    return {
-        "branch": location.branch,
-        "key": location.key,
-        "commit": commit,
-        "checksum": stat.checksum,
-        "size": stat.size,
-    }
+    return {"branch": batch.branch, "commit": batch.commit, "logs": logs}
 
 
-@dg.asset(
-    partitions_def=drive_log_partitions,
+@dg.multi_asset(
+    name="ingest_batch",
+    partitions_def=ingest_batch_partitions,
     group_name=GROUP,
-    kinds={"mcap"},
-    output_required=False,
+    outs={
+        "validated_drive_logs": dg.AssetOut(
+            kinds={"pandas", "mcap"},
+            description="One verdict per log of the batch: accepted, quarantined (with every "
+            "reason), duplicate (same SHA-256 ingested before) or already_ingested (a re-run).",
+        ),
+        "anonymized_frames": dg.AssetOut(
+            kinds={"parquet"},
+            description="Accepted logs' frames with PII removed (VIN → keyed HMAC pseudonym, "
+            "GPS coarsened, plates blurred): one Parquet object per log, listed here.",
+        ),
+        "scene_index": dg.AssetOut(
+            kinds={"pandas", "parquet"},
+            description="One row per accepted frame: every log tag, signals and event flags; "
+            "no pixels, no PII.",
+        ),
+    },
     retry_policy=RETRY,
 )
-def validated_drive_logs(
-    context: dg.AssetExecutionContext, lake: VersionedLake, drive_logs: dict[str, Any]
-) -> Iterator[dg.Output[dict[str, Any]]]:
-    """The log's integrity, channels, metadata, timing and signal ranges, checked.
-
-    An accepted log materializes with its summary. A rejected one does not: its quarantine
-    record (every reason) is published to ``main`` and observed on this asset, and the rest of
-    the partition is skipped — a bad log can neither be merged nor block its batch.
-    """
-    report = validate_drive_log(lake.get_object(drive_logs["commit"], drive_logs["key"]))
-    reasons = [(reason.code, reason.message) for reason in report.reasons]
-    if report.accepted and report.log is not None:
-        tags = {k: v for k, v in report.metadata.items() if k != "vin"}
-        yield dg.Output(
-            {
-                **drive_logs,
-                "tags": tags,
-                "frame_count": int(report.frame_count),
-                "duration_s": float(report.duration_s),
-                "frame_rate_hz": float(report.frame_rate_hz or 0.0),
-                "events": [[event.timestamp_ns, event.rule] for event in report.log.events],
-            },
-            metadata={
-                "status": "accepted",
-                "frames": int(report.frame_count),
-                "duration_s": round(float(report.duration_s), 2),
-                "frame_rate_hz": round(float(report.frame_rate_hz or 0.0), 2),
-                "slice": f"{tags.get('lighting')}/{tags.get('weather')}/{tags.get('road_type')}",
-            },
-        )
-        return
-
-    location = LogLocation(branch=drive_logs["branch"], key=drive_logs["key"])
-    run_root = root_run_id(context)
-    branch = ensure_run_branch(lake, run_root)
-    record = quarantine_record(
-        location,
-        source_commit=drive_logs["commit"],
-        checksum=drive_logs["checksum"],
-        reasons=reasons,
-        dagster_run_id=context.run.run_id,
-    )
-    # A log re-landed bad under a key that was once accepted: its old derived data goes.
-    for stale in derived_objects(lake, branch, context.partition_key):
-        lake.delete_object(branch, stale)
-    key = write_quarantine_record(lake, branch, record)
-    merge_commit = publish_run_branch(
-        lake,
-        run_root,
-        f"quarantine {location.partition_key}",
-        {
-            "kind": "quarantine",
-            "source_branch": location.branch,
-            "source_commit": drive_logs["commit"],
-            "log_key": location.key,
-            "reason_codes": ",".join(code for code, _ in reasons),
-            "dagster_run_id": context.run.run_id,
-        },
-    )
-    context.log.warning(f"quarantined {location.partition_key}: {reasons}")
-    context.log_event(
-        dg.AssetObservation(
-            asset_key=context.asset_key,
-            partition=context.partition_key,
-            metadata={
-                "status": "quarantined",
-                "reason_codes": ",".join(code for code, _ in reasons),
-                "reasons": dg.MetadataValue.md(_markdown_reasons(reasons)),
-                "quarantine_record": f"lakefs://{lake.repository}/main/{key}",
-                "main_commit": merge_commit,
-            },
-        )
-    )
-
-
-@dg.asset(
-    partitions_def=drive_log_partitions,
-    group_name=GROUP,
-    kinds={"pandas", "parquet"},
-    retry_policy=RETRY,
-)
-def anonymized_frames(
+def ingest_batch_logs(
     context: dg.AssetExecutionContext,
     lake: VersionedLake,
     anonymization: AnonymizationKey,
-    validated_drive_logs: dict[str, Any],
-) -> pd.DataFrame:
-    """Frames with PII removed: VIN → keyed HMAC pseudonym, GPS coarsened, plates blurred."""
-    raw = read_drive_log(
-        lake.get_object(validated_drive_logs["commit"], validated_drive_logs["key"])
+    drive_logs: dict[str, Any],
+) -> Iterator[dg.Output]:
+    """Every log of the batch validated, anonymized and indexed on the worker pool."""
+    batch = BatchRef(drive_logs["branch"], drive_logs["commit"])
+    run_branch = ensure_run_branch(lake, root_run_id(context))
+    main_ref = lake.resolve_ref(MAIN_BRANCH)
+    pool = PoolSettings.load()
+    context.log.info(f"{len(drive_logs['logs'])} logs on {pool.workers} worker(s)")
+    result = ingest_batch(
+        lake,
+        batch,
+        [log["key"] for log in drive_logs["logs"]],
+        run_branch=run_branch,
+        main_ref=main_ref,
+        anonymization_key=anonymization.key(),
+        pool=pool,
+        on_log=_progress_logger(context),
     )
-    anonymous = anonymize_log(raw, anonymization.key())
-    table = frames_table(anonymous)
-    plates = sum(1 for frame in raw.frames for other in frame.others if other.plate_box)
-    context.add_output_metadata(
-        {
-            "frames": len(table),
-            "vehicle_pseudonym": anonymous.metadata["vehicle_pseudonym"],
-            "plates_blurred": plates,
-        }
+    stage_batch_records(lake, result, run_branch, main_ref, context.run.run_id)
+    counts = result.counts()
+    rows = int(load_resource_yaml("ingest.yaml")["metadata_rows"])
+    keys_by = {v: [o.location.key for o in result.by_verdict(v)] for v in counts}
+    yield dg.Output(
+        result.verdicts(),
+        output_name="validated_drive_logs",
+        metadata={
+            **{f"logs_{verdict}": count for verdict, count in counts.items()},
+            "verdicts": dg.MetadataValue.md(_verdict_table_md(result, rows)),
+            "accepted": dg.MetadataValue.json(keys_by[ACCEPTED]),
+            "quarantined": dg.MetadataValue.json(keys_by[QUARANTINED]),
+            "duplicates": dg.MetadataValue.json(keys_by[DUPLICATE] + keys_by[ALREADY_INGESTED]),
+            "workers": pool.workers,
+        },
     )
-    return table
-
-
-@dg.asset(
-    partitions_def=drive_log_partitions,
-    group_name=GROUP,
-    kinds={"pandas", "parquet"},
-    retry_policy=RETRY,
-)
-def scene_index(
-    context: dg.AssetExecutionContext,
-    anonymized_frames: pd.DataFrame,
-    validated_drive_logs: dict[str, Any],
-) -> pd.DataFrame:
-    """One row per frame: every log tag, signals and event flags; no pixels, no PII."""
-    tags = {**validated_drive_logs["tags"]}
-    tags["vehicle_pseudonym"] = str(anonymized_frames["vehicle_pseudonym"].iloc[0])
-    index = scene_index_table(
-        anonymized_frames,
-        tags=tags,
-        events=[(int(ts), str(rule)) for ts, rule in validated_drive_logs["events"]],
-        rule_names=trigger_rule_names(),
-        source_branch=validated_drive_logs["branch"],
-        source_commit=validated_drive_logs["commit"],
-        log_key=validated_drive_logs["key"],
-        frames_object=audited_object_key("anonymized_frames", context.partition_key),
+    manifest = result.frames_manifest()
+    yield dg.Output(
+        manifest,
+        output_name="anonymized_frames",
+        metadata={"logs": len(manifest["logs"]), "frames": manifest["frames"]},
     )
-    event_columns = [column for column in index.columns if column.startswith("event_")]
-    context.add_output_metadata(
-        {
+    index = result.scene_index()
+    slices = index["slice"].value_counts().to_dict() if len(index) else {}
+    yield dg.Output(
+        index,
+        output_name="scene_index",
+        metadata={
             "frames": len(index),
-            "slice": str(index["slice"].iloc[0]),
-            "events": dg.MetadataValue.json(
-                {
-                    column.removeprefix("event_"): int(index[column].sum())
-                    for column in event_columns
-                }
-            ),
+            "slices": dg.MetadataValue.json({str(k): int(v) for k, v in slices.items()}),
             "dagster/row_count": len(index),
-        }
+        },
     )
-    return index
 
 
 @dg.asset(
-    partitions_def=drive_log_partitions,
+    partitions_def=ingest_batch_partitions,
     group_name=GROUP,
     kinds={"lakefs"},
-    deps=[anonymized_frames, scene_index],
+    deps=["anonymized_frames", "scene_index"],
     retry_policy=RETRY,
 )
 def published_ingest(
-    context: dg.AssetExecutionContext, lake: VersionedLake, validated_drive_logs: dict[str, Any]
+    context: dg.AssetExecutionContext, lake: VersionedLake, validated_drive_logs: pd.DataFrame
 ) -> dg.MaterializeResult:
-    """Write–audit–publish: merge the run's branch into ``main`` once every audit has passed.
+    """Write–audit–publish: the batch's good logs, quarantine records and ledger in one merge.
 
-    Blocking checks on ``anonymized_frames`` and ``scene_index`` stand before this step, so a
-    failed audit (or a run killed earlier) leaves ``main`` exactly as it was. The step also
-    verifies the checks' audit records itself, so re-executing it alone cannot skip an audit.
+    Blocking checks on ``anonymized_frames`` and ``scene_index`` stand before this step, and it
+    verifies their audit records itself, so re-executing it alone cannot skip an audit. A batch
+    that an earlier run already published is not merged again: a re-run changes nothing.
     """
-    metadata = {
-        "kind": "ingest",
-        "source_branch": validated_drive_logs["branch"],
-        "source_commit": validated_drive_logs["commit"],
-        "log_key": validated_drive_logs["key"],
-        "checksum": validated_drive_logs["checksum"],
-        "dagster_run_id": context.run.run_id,
-        "partition": context.partition_key,
-    }
+    partition = context.partition_key
+    batch = BatchRef.from_partition_key(partition)
     run_root = root_run_id(context)
-    branch = run_branch_name(run_root)
-    if not lake.branch_exists(branch):  # a retry after the merge went through: report it
-        merge_commit = publish_run_branch(
-            lake, run_root, f"publish {context.partition_key}", metadata
-        )
+    counts = validated_drive_logs["verdict"].value_counts().to_dict()
+    summary = {f"logs_{verdict}": int(count) for verdict, count in counts.items()}
+    if not lake.branch_exists(run_branch_name(run_root)):
+        earlier = find_publish(lake, run_root)
+        if earlier is None:
+            raise RuntimeError(f"run {run_root} has no lake branch and never published {partition}")
+        return dg.MaterializeResult(metadata={"main_commit": earlier, "already_published": True})
+    if lake.object_exists(MAIN_BRANCH, batch_record_key(batch)):
+        lake.delete_branch(run_branch_name(run_root))
+        context.log.info(f"{partition} was published by an earlier run; main is unchanged")
         return dg.MaterializeResult(
-            metadata={"main_commit": merge_commit, "already_published": True}
+            metadata={
+                "main_commit": lake.resolve_ref(MAIN_BRANCH),
+                "already_published": True,
+                **summary,
+            }
         )
-    verify_audits(lake, run_root, required_audits(context.partition_key), context.partition_key)
-    stale_quarantine = quarantine_key(LogLocation.from_partition_key(context.partition_key))
-    if lake.object_exists(branch, stale_quarantine):  # a fixed re-upload of a quarantined log
-        lake.delete_object(branch, stale_quarantine)
-        lake.commit(
-            branch, f"lift quarantine of {context.partition_key}", {"kind": "quarantine-lifted"}
-        )
-    merge_commit = publish_run_branch(lake, run_root, f"publish {context.partition_key}", metadata)
+    verify_audits(lake, run_root, required_audits(partition), partition)
+    merge_commit = publish_run_branch(
+        lake,
+        run_root,
+        f"publish {partition}",
+        {
+            "kind": "ingest",
+            "source_branch": batch.branch,
+            "source_commit": batch.commit,
+            "dagster_run_id": context.run.run_id,
+            "partition": partition,
+            **{k: str(v) for k, v in summary.items()},
+        },
+    )
     return dg.MaterializeResult(
         metadata={
             "main_commit": merge_commit,
-            "source_commit": validated_drive_logs["commit"],
+            "source_commit": batch.commit,
             "lake_ref": f"lakefs://{lake.repository}/{merge_commit}",
+            **summary,
         }
     )

@@ -1,11 +1,12 @@
 """What the ingest sensor does on a tick, as a plain function.
 
 The cursor maps each ingest branch to the last head commit already turned into run requests.
-A tick lists branches (cheap: one call) and, only for branches whose head moved, diffs the old
-head against the new one — so its cost grows with the new commits, not with the history. A
-branch seen for the first time is diffed three-dot against ``main``: exactly what was uploaded
-since it forked. Run keys hash branch, key and content, so a repeated tick, a lost cursor or a
-daemon restart can never launch a duplicate run for the same upload.
+A tick lists branches (cheap: one call) and, only for branches whose head moved, walks the
+commits since the old head — so its cost grows with the new commits, not with the history. A
+branch seen for the first time is walked back until every log it added since it forked from
+``main`` is accounted for. Each commit that adds drive logs is one batch (one partition, one
+run); the run key is the partition key, and commit ids name content, so a repeated tick, a lost
+cursor or a daemon restart can never launch a duplicate run for the same upload.
 """
 
 from __future__ import annotations
@@ -14,30 +15,29 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aiinfra_pipelines.lake.errors import InvalidKeyError
+from aiinfra_pipelines.lake.errors import InvalidKeyError, NotFoundError
+from aiinfra_pipelines.lake.keys import validate_key
 from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, LOG_PREFIX
-from aiinfra_pipelines.lake.port import DiffEntry, VersionedLake
+from aiinfra_pipelines.lake.port import CommitInfo, DiffEntry, VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
-from .partitions import LogLocation, is_drive_log_key
+from .partitions import BatchRef, is_drive_log_key
 
 
 @dataclass(frozen=True)
-class LandedLog:
-    """A drive log object that appeared (or changed) on an ingest branch."""
+class LandedBatch:
+    """An upload batch found on an ingest branch: the commit and the drive logs it added."""
 
-    location: LogLocation
-    commit: str
-    checksum: str
-    size: int
+    ref: BatchRef
+    keys: list[str]
 
     @property
     def partition_key(self) -> str:
-        return self.location.partition_key
+        return self.ref.partition_key
 
     @property
     def run_key(self) -> str:
-        return f"{self.location.partition_key}@{self.checksum}"
+        return self.ref.partition_key
 
 
 def parse_cursor(raw: str | None) -> dict[str, str]:
@@ -90,32 +90,77 @@ def moved_ingest_branches(
     return moved, next_cursor
 
 
-def discover_new_logs(
-    lake: VersionedLake, cursor: dict[str, str], skipped: list[str] | None = None
-) -> tuple[list[LandedLog], dict[str, str]]:
-    """New drive logs on all ingest branches since ``cursor``, and the cursor after them.
+def commit_log_keys(
+    lake: VersionedLake, commit: CommitInfo, skipped: list[str] | None = None
+) -> list[str]:
+    """The drive-log keys ``commit`` added or changed against its first parent, sorted.
 
-    Objects whose keys the lake cannot address are appended to ``skipped`` (with the reason).
+    Keys the lake cannot address are left out and described in ``skipped``.
+    """
+    if commit.parents:
+        changes = lake.diff(commit.parents[0], commit.id, prefix=LOG_PREFIX)
+        candidates = [c.key for c in changes if c.type != "removed"]
+    else:  # a root commit: everything it holds
+        candidates = [stat.key for stat in lake.list_objects(commit.id, prefix=LOG_PREFIX)]
+    keys = []
+    for key in sorted(k for k in candidates if is_drive_log_key(k)):
+        try:
+            validate_key(key)
+        except InvalidKeyError as error:
+            if skipped is not None:
+                skipped.append(f"{key}: {error}")
+            continue
+        keys.append(key)
+    return keys
+
+
+def batch_log_keys(lake: VersionedLake, batch: BatchRef) -> list[str]:
+    """The drive logs of one batch, from its partition key alone (what its run ingests)."""
+    commits = lake.log(batch.commit, limit=1)
+    if not commits:
+        raise NotFoundError(f"batch commit {batch.commit!r} not found on {batch.branch!r}")
+    return commit_log_keys(lake, commits[0])
+
+
+def _new_commits(
+    lake: VersionedLake, branch: MovedBranch, previous: str | None
+) -> list[CommitInfo]:
+    """Commits on ``branch`` since ``previous`` (its head last seen), oldest first.
+
+    A branch seen for the first time is walked back from its head until every log it added
+    since forking from ``main`` (its three-dot diff) is covered: the commits of ``main`` it
+    started from are never taken for uploads.
+    """
+    if previous:
+        return list(reversed(lake.log(branch.head, stop_at=previous)))
+    wanted = {c.key for c in branch.changes if c.type != "removed" and is_drive_log_key(c.key)}
+    commits: list[CommitInfo] = []
+    for commit in lake.log(branch.head):
+        if not wanted:
+            break
+        commits.append(commit)
+        wanted -= set(commit_log_keys(lake, commit))
+    return list(reversed(commits))
+
+
+def discover_new_batches(
+    lake: VersionedLake, cursor: dict[str, str], skipped: list[str] | None = None
+) -> tuple[list[LandedBatch], dict[str, str]]:
+    """New upload batches on all ingest branches since ``cursor``, and the cursor after them.
+
+    Keys the lake cannot address are left out of their batch and appended to ``skipped`` (with
+    the reason): one oddly named upload must not stall every branch.
     """
     skipped = [] if skipped is None else skipped
-    landed: list[LandedLog] = []
+    batches: list[LandedBatch] = []
     moved, next_cursor = moved_ingest_branches(lake, cursor, LOG_PREFIX)
     for branch in moved:
-        for change in branch.changes:
-            if change.type == "removed" or not is_drive_log_key(change.key):
-                continue
-            try:
-                stat = lake.stat_object(branch.head, change.key)
-            except InvalidKeyError as error:
-                # One oddly named upload must not stall every branch: skip it, loudly.
-                skipped.append(f"{branch.name}/{change.key}: {error}")
-                continue
-            landed.append(
-                LandedLog(
-                    location=LogLocation(branch=branch.name, key=change.key),
-                    commit=branch.head,
-                    checksum=stat.checksum,
-                    size=stat.size,
-                )
-            )
-    return landed, next_cursor
+        if not branch.changes:
+            continue
+        for commit in _new_commits(lake, branch, cursor.get(branch.name)):
+            problems: list[str] = []
+            keys = commit_log_keys(lake, commit, problems)
+            skipped += [f"{branch.name}/{problem}" for problem in problems]
+            if keys:
+                batches.append(LandedBatch(BatchRef(branch.name, commit.id), keys))
+    return batches, next_cursor

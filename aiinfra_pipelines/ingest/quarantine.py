@@ -13,16 +13,13 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
-from aiinfra_pipelines.lake.io_manager import parquet_bytes
-from aiinfra_pipelines.lake.port import VersionedLake
-
 from .partitions import LogLocation
 
 QUARANTINE_PREFIX = "quarantine/"
 
 
 def quarantine_key(location: LogLocation) -> str:
-    return f"{QUARANTINE_PREFIX}{location.partition_key}.parquet"
+    return f"{QUARANTINE_PREFIX}{location.name}.parquet"
 
 
 def quarantine_record(
@@ -37,7 +34,7 @@ def quarantine_record(
     return pd.DataFrame(
         [
             {
-                "partition_key": location.partition_key,
+                "log": location.name,
                 "source_branch": location.branch,
                 "log_key": location.key,
                 "source_commit": source_commit,
@@ -49,11 +46,3 @@ def quarantine_record(
             }
         ]
     )
-
-
-def write_quarantine_record(lake: VersionedLake, branch: str, record: pd.DataFrame) -> str:
-    """Stage the record on ``branch``; returns its key."""
-    location = LogLocation(branch=record.at[0, "source_branch"], key=record.at[0, "log_key"])
-    key = quarantine_key(location)
-    lake.put_object(branch, key, parquet_bytes(record))
-    return key

@@ -1,18 +1,22 @@
-"""Mining assets (group ``mining``), one partition per published drive log.
+"""Mining assets (group ``mining``), one partition per published upload batch.
 
-They follow ingestion automatically (``AutomationCondition.eager()``): a newly published log
-is labelled and mined once, so mining cost grows with new frames only. Re-materializing a log
-with the same deployed engine reuses the recorded result instead of running inference again.
+They follow ingestion automatically (``AutomationCondition.eager()``): a newly published batch
+is labelled and mined once, so mining cost grows with new frames only. The batch's logs are
+worked one at a time (a log's frames are the unit the temporal rules need, and memory stays
+bounded by one log). Re-materializing a batch with the same deployed engine reuses the recorded
+result instead of running inference again.
 """
 
 import io
+from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 import numpy as np
 import pandas as pd
 
-from aiinfra_pipelines.ingest.assets import anonymized_frames, published_ingest, scene_index
-from aiinfra_pipelines.ingest.partitions import drive_log_partitions
+from aiinfra_pipelines.ingest.assets import published_ingest
+from aiinfra_pipelines.ingest.partitions import ingest_batch_partitions
 from aiinfra_pipelines.lake.io_manager import asset_object_base
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import read_ref, root_run_id_of
@@ -23,7 +27,7 @@ from aiinfra_pipelines.perception.labels import ground_truth_labels
 
 from .engine_runner import run_engine_over_frames
 from .label_qc import held_back_frames, label_agreement, qc_summary
-from .rules import badcase_summary, mine_badcases
+from .rules import BADCASE_COLUMNS, badcase_summary, mine_badcases
 from .settings import mining_config
 
 GROUP = "mining"
@@ -31,30 +35,53 @@ EAGER = dg.AutomationCondition.eager()
 HELD_BACK_LISTED = 50  # rows of the held-back list shown in the UI; the table has them all
 
 
+def _frames_per_log(
+    lake: VersionedLake, context: dg.AssetExecutionContext, manifest: dict[str, Any]
+) -> Iterator[pd.DataFrame]:
+    """Each accepted log's frames table, one at a time, from the batch's frames manifest."""
+    ref = read_ref(lake, root_run_id_of(context.run))
+    for log in manifest["logs"]:
+        yield pd.read_parquet(io.BytesIO(lake.get_object(ref, log["frames_object"])))
+
+
+def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
 @dg.asset(
-    partitions_def=drive_log_partitions,
+    partitions_def=ingest_batch_partitions,
     group_name=GROUP,
     kinds={"pandas"},
     deps=[published_ingest],
     automation_condition=EAGER,
 )
 def auto_labels(
-    context: dg.AssetExecutionContext, anonymized_frames: pd.DataFrame, scene_index: pd.DataFrame
+    context: dg.AssetExecutionContext,
+    lake: VersionedLake,
+    anonymized_frames: dict[str, Any],
+    scene_index: pd.DataFrame,
 ) -> pd.DataFrame:
     """Teacher labels from simulation ground truth, with an independent second labeller's QC.
 
     Frames whose labellers disagree beyond the threshold are ``held_back`` and never trained on.
     """
     spec = perception_spec()
-    occupancy, lead_gap = ground_truth_labels(anonymized_frames, spec)
-    qc = label_agreement(
-        anonymized_frames, spec, index=scene_index, teacher_labels=(occupancy, lead_gap)
-    )
-    labels = qc.assign(
-        occupancy=[cells.ravel().tolist() for cells in occupancy],
-        lead_gap_norm=lead_gap,
-        mining_config_version=str(mining_config()["version"]),
-    )
+    parts = []
+    for frames in _frames_per_log(lake, context, anonymized_frames):
+        occupancy, lead_gap = ground_truth_labels(frames, spec)
+        index = scene_index[scene_index["log_id"] == frames["log_id"].iloc[0]]
+        qc = label_agreement(frames, spec, index=index, teacher_labels=(occupancy, lead_gap))
+        parts.append(
+            qc.assign(
+                occupancy=[cells.ravel().tolist() for cells in occupancy],
+                lead_gap_norm=lead_gap,
+                mining_config_version=str(mining_config()["version"]),
+            )
+        )
+    labels = _concat(parts)
+    if labels.empty:
+        context.add_output_metadata({"frames": 0, "note": "no accepted frames in the batch"})
+        return labels
     summary = qc_summary(qc)
     held_back = held_back_frames(qc)[["log_id", "frame_index", "agreement", "reason"]]
     context.add_output_metadata(
@@ -88,8 +115,30 @@ def _previous_result(
     return None
 
 
+def _mine_log(
+    deployed: Any, frames: pd.DataFrame, scene_index: pd.DataFrame, auto_labels: pd.DataFrame
+) -> pd.DataFrame:
+    """One log's badcases: the engine over its frames against its teacher labels."""
+    spec = perception_spec()
+    log_id = frames["log_id"].iloc[0]
+    labels_of_log = (
+        auto_labels[auto_labels["log_id"] == log_id]
+        .set_index("frame_index")
+        .loc[frames["frame_index"]]
+    )
+    predictions = run_engine_over_frames(deployed.engine, frames, spec)
+    labels = (
+        np.asarray(labels_of_log["occupancy"].tolist(), dtype=np.float32).reshape(
+            len(labels_of_log), 3, spec.bins
+        ),
+        labels_of_log["lead_gap_norm"].to_numpy(dtype=np.float32),
+    )
+    index = scene_index[scene_index["log_id"] == log_id]
+    return mine_badcases(frames, index, predictions, labels, spec=spec)
+
+
 @dg.asset(
-    partitions_def=drive_log_partitions,
+    partitions_def=ingest_batch_partitions,
     group_name=GROUP,
     kinds={"onnx", "pandas"},
     automation_condition=EAGER,
@@ -97,41 +146,42 @@ def _previous_result(
 def mined_badcases(
     context: dg.AssetExecutionContext,
     lake: VersionedLake,
-    anonymized_frames: pd.DataFrame,
+    anonymized_frames: dict[str, Any],
     scene_index: pd.DataFrame,
     auto_labels: pd.DataFrame,
 ) -> pd.DataFrame:
     """Hard frames for the deployed engine: low confidence, flicker, disagreement, events.
 
     Runs the production engine (the bootstrap engine before the first release) batched on
-    onnxruntime over this log's frames, once per engine: a re-run with the same engine reuses
-    the recorded result.
+    onnxruntime over the batch's frames, log by log, once per engine: a re-run with the same
+    engine reuses the recorded result.
     """
     deployed = load_deployed_engine(lake, batch_size=int(mining_config()["engine"]["batch_size"]))
-    previous = _previous_result(lake, context, deployed.engine.sha256, len(anonymized_frames))
+    frame_count = int(anonymized_frames["frames"])
+    previous = _previous_result(lake, context, deployed.engine.sha256, frame_count)
     if previous is not None:
         context.add_output_metadata(
             {"inference": "skipped: already mined with this engine", "badcases": len(previous)}
         )
         return previous
-    spec = perception_spec()
-    predictions = run_engine_over_frames(deployed.engine, anonymized_frames, spec)
-    labels = (
-        np.asarray(auto_labels["occupancy"].tolist(), dtype=np.float32).reshape(
-            len(auto_labels), 3, spec.bins
-        ),
-        auto_labels["lead_gap_norm"].to_numpy(dtype=np.float32),
+    parts = [
+        _mine_log(deployed, frames, scene_index, auto_labels)
+        for frames in _frames_per_log(lake, context, anonymized_frames)
+    ]
+    badcases = (
+        pd.concat(parts, ignore_index=True)
+        if parts
+        else pd.DataFrame(columns=list(BADCASE_COLUMNS))
     )
-    badcases = mine_badcases(anonymized_frames, scene_index, predictions, labels, spec=spec)
     badcases = badcases.assign(engine_version=deployed.version, engine_sha=deployed.engine.sha256)
     badcases.attrs["aiinfra_ledger"] = {
         "engine_sha": deployed.engine.sha256,
-        "frames": len(anonymized_frames),
+        "frames": frame_count,
     }
     summary = badcase_summary(badcases)
     context.add_output_metadata(
         {
-            "inference": f"ran on {len(anonymized_frames)} frames",
+            "inference": f"ran on {frame_count} frames",
             "engine": deployed.version,
             "engine_sha256": deployed.engine.sha256,
             "badcases": len(badcases),
@@ -145,8 +195,8 @@ published_mining = build_publish_asset(
     "published_mining",
     group=GROUP,
     deps=[auto_labels, mined_badcases],
-    partitions_def=drive_log_partitions,
+    partitions_def=ingest_batch_partitions,
     automation_condition=EAGER,
 )
 
-__all__ = ["anonymized_frames", "auto_labels", "mined_badcases", "published_mining", "scene_index"]
+__all__ = ["auto_labels", "mined_badcases", "published_mining"]

@@ -105,12 +105,13 @@ def data_runs_in_flight(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
     ]
 
 
-def logs_awaiting_mining(instance: dg.DagsterInstance) -> list[str]:
-    """Published logs whose mining has not run yet (or is still to be retried).
+def batches_awaiting_mining(instance: dg.DagsterInstance) -> list[str]:
+    """Published upload batches whose mining has not run yet (or is still to be retried).
 
-    Between a log's ingest run ending and the automation sensor launching its mining run no
-    data run is in flight, yet a dataset cut then would miss that log's badcases. A log whose
-    mining failed for good is not waited on: the failure sensor reports it, and the loop goes on.
+    Between a batch's ingest run ending and the automation sensor launching its mining run no
+    data run is in flight, yet a dataset cut then would miss that batch's badcases. A batch
+    whose mining failed for good is not waited on: the failure sensor reports it, and the loop
+    goes on.
     """
     unmined = instance.get_materialized_partitions(PUBLISHED_INGEST) - (
         instance.get_materialized_partitions(PUBLISHED_MINING)
@@ -152,9 +153,9 @@ def retraining_sensor(
     if feeding:
         # Logs are being ingested or mined right now: a dataset cut now would miss them.
         return dg.SkipReason(f"{len(feeding)} ingest/mining run(s) still in flight")
-    unmined = logs_awaiting_mining(context.instance)
+    unmined = batches_awaiting_mining(context.instance)
     if unmined:
-        return dg.SkipReason(f"{len(unmined)} published log(s) not mined yet, e.g. {unmined[0]}")
+        return dg.SkipReason(f"{len(unmined)} published batch(es) not mined yet, e.g. {unmined[0]}")
     decision = plan_retraining(lake)
     if not decision.retrain:
         return dg.SkipReason(decision.reason)

@@ -1,4 +1,4 @@
-"""The ingest partition end to end through ``dg.materialize``: publish, quarantine, audits."""
+"""An ingest batch end to end through ``dg.materialize``: publish, quarantine, audits."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import dataclasses
 import shutil
 
 import dagster as dg
-import pytest
 
 from aiinfra_pipelines.config import resources_dir
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
@@ -16,7 +15,7 @@ from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.logs.writer import encode_drive_log
 
 from . import reexecution_job
-from .helpers import land, materialize_partition, partition_of
+from .helpers import land, materialize_partition, partition_of, verdicts_of
 
 
 def _with_nan_speed(log):
@@ -39,9 +38,10 @@ def test_good_log_is_published_to_main_without_pii(local_lake, instance, ingest_
     batch = land(local_lake, "b1", [("good", log)])
     main_before = local_lake.resolve_ref(MAIN_BRANCH)
 
-    result = materialize_partition(instance, ingest_resources, partition_of(batch, 0))
+    result = materialize_partition(instance, ingest_resources, partition_of(batch))
 
     assert result.success
+    assert verdicts_of(result) == {batch.keys[0]: "accepted"}
     assert all(check.passed for check in result.get_asset_check_evaluations())
     assert len(result.get_asset_check_evaluations()) >= 5  # PII check + every GX suite
     index = scene_index_view(local_lake)
@@ -67,63 +67,128 @@ def test_good_log_is_published_to_main_without_pii(local_lake, instance, ingest_
     assert local_lake.list_branches(prefix=RUN_BRANCH_PREFIX) == []
 
 
-@pytest.mark.parametrize(
-    ("name", "make_payload", "expected_code"),
-    [
-        ("truncated", lambda: encode_drive_log(make_synthetic_log(seed=2))[:-700], "truncated"),
-        (
-            "missing_channel",
-            lambda: encode_drive_log(make_synthetic_log(seed=3), omit_topics={"/vehicle/can"}),
-            "missing_channel",
-        ),
-        (
-            "nan_speed",
-            lambda: encode_drive_log(_with_nan_speed(make_synthetic_log(seed=4))),
-            "non_finite_signal",
-        ),
-        (
-            "time_back",
-            lambda: encode_drive_log(_with_time_going_back(make_synthetic_log(seed=5))),
-            "non_monotonic_time",
-        ),
-        (
-            "drift",
-            lambda: encode_drive_log(_with_drifted_metadata(make_synthetic_log(seed=6))),
-            "schema_drift",
-        ),
-    ],
-)
-def test_bad_log_is_quarantined_and_does_not_block_its_batch(
-    local_lake, instance, ingest_resources, name, make_payload, expected_code
+BAD_LOGS = {
+    "truncated": (lambda: encode_drive_log(make_synthetic_log(seed=2))[:-700], "truncated"),
+    "missing_channel": (
+        lambda: encode_drive_log(make_synthetic_log(seed=3), omit_topics={"/vehicle/can"}),
+        "missing_channel",
+    ),
+    "nan_speed": (
+        lambda: encode_drive_log(_with_nan_speed(make_synthetic_log(seed=4))),
+        "non_finite_signal",
+    ),
+    "time_back": (
+        lambda: encode_drive_log(_with_time_going_back(make_synthetic_log(seed=5))),
+        "non_monotonic_time",
+    ),
+    "drift": (
+        lambda: encode_drive_log(_with_drifted_metadata(make_synthetic_log(seed=6))),
+        "schema_drift",
+    ),
+}
+
+
+def test_bad_logs_are_quarantined_and_the_good_ones_publish_in_one_merge(
+    local_lake, instance, ingest_resources
 ):
-    bad_payload = make_payload()
-    batch = land(
-        local_lake, f"b-{name}", [("bad", bad_payload), ("good", make_synthetic_log(seed=9))]
-    )
-    bad_partition, good_partition = partition_of(batch, 0), partition_of(batch, 1)
+    payloads = {name: make_payload() for name, (make_payload, _) in BAD_LOGS.items()}
+    good = [("good-a", make_synthetic_log(seed=9)), ("good-b", make_synthetic_log(seed=10))]
+    batch = land(local_lake, "b-mixed", [*payloads.items(), *good])
+    main_before = local_lake.resolve_ref(MAIN_BRANCH)
 
-    bad = materialize_partition(instance, ingest_resources, bad_partition)
-    good = materialize_partition(instance, ingest_resources, good_partition)
+    result = materialize_partition(instance, ingest_resources, partition_of(batch))
 
-    assert bad.success and good.success
-    materialized = {
-        event.asset_key.to_user_string() for event in bad.get_asset_materialization_events()
+    assert result.success  # bad logs never fail their batch
+    verdicts = verdicts_of(result)
+    assert verdicts == {
+        **{f"logs/{name}.mcap": "quarantined" for name in BAD_LOGS},
+        "logs/good-a.mcap": "accepted",
+        "logs/good-b.mcap": "accepted",
     }
-    assert materialized == {"drive_logs"}  # nothing past validation for the bad log
-    observations = [
-        event.event_specific_data.asset_observation
-        for event in bad.all_events
-        if event.event_type == dg.DagsterEventType.ASSET_OBSERVATION
-    ]
-    assert observations and observations[0].metadata["status"].value == "quarantined"
-    quarantine = quarantine_view(local_lake)
-    assert list(quarantine["partition_key"]) == [bad_partition]
-    assert expected_code in quarantine.iloc[0]["reason_codes"].split(",")
-    # Never deleted: the raw object is still on its ingest branch, byte for byte.
-    assert local_lake.get_object(batch.branch, batch.keys[0]) == bad_payload
-    # Never merged; the good log of the same batch is published.
+    # Every reason, per log, in the quarantine table on main.
+    quarantine = quarantine_view(local_lake).set_index("log_key")
+    assert sorted(quarantine.index) == sorted(f"logs/{name}.mcap" for name in BAD_LOGS)
+    for name, (_, expected_code) in BAD_LOGS.items():
+        assert expected_code in quarantine.loc[f"logs/{name}.mcap", "reason_codes"].split(",")
+    # Never deleted: the raw objects are still on their ingest branch, byte for byte.
+    for name, payload in payloads.items():
+        assert local_lake.get_object(batch.branch, f"logs/{name}.mcap") == payload
+    # Never merged; the good logs of the same batch are, in exactly one merge.
     index = scene_index_view(local_lake)
-    assert set(index["log_key"]) == {batch.keys[1]}
+    assert set(index["log_key"]) == {"logs/good-a.mcap", "logs/good-b.mcap"}
+    merges = local_lake.log(MAIN_BRANCH, stop_at=main_before)
+    assert [c.metadata.get("kind") for c in merges if len(c.parents) == 2] == ["ingest"]
+    (published,) = [
+        e
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.path == ["published_ingest"]
+    ]
+    assert published.materialization.metadata["logs_quarantined"].value == len(BAD_LOGS)
+    assert published.materialization.metadata["logs_accepted"].value == 2
+    assert not local_lake.list_branches(prefix=RUN_BRANCH_PREFIX)
+
+
+def test_rerunning_a_published_batch_changes_nothing_on_main(
+    local_lake, instance, ingest_resources
+):
+    batch = land(
+        local_lake,
+        "b-rerun",
+        [
+            ("good", make_synthetic_log(seed=15)),
+            ("bad", encode_drive_log(make_synthetic_log(seed=16))[:-600]),
+        ],
+    )
+    first = materialize_partition(instance, ingest_resources, partition_of(batch))
+    assert verdicts_of(first) == {"logs/bad.mcap": "quarantined", "logs/good.mcap": "accepted"}
+    main_after_first = local_lake.resolve_ref(MAIN_BRANCH)
+
+    again = materialize_partition(instance, ingest_resources, partition_of(batch))
+
+    assert again.success
+    assert set(verdicts_of(again).values()) == {"already_ingested"}
+    assert local_lake.resolve_ref(MAIN_BRANCH) == main_after_first
+    assert len(scene_index_view(local_lake)) == 20
+    assert len(quarantine_view(local_lake)) == 1
+    assert not local_lake.list_branches(prefix=RUN_BRANCH_PREFIX)
+
+
+def test_identical_content_is_ingested_once_and_recorded_as_a_duplicate(
+    local_lake, instance, ingest_resources
+):
+    payload = encode_drive_log(make_synthetic_log(seed=17))
+    first = land(local_lake, "b-dup1", [("original", payload), ("same-again", payload)])
+    result = materialize_partition(instance, ingest_resources, partition_of(first))
+    assert verdicts_of(result) == {
+        "logs/original.mcap": "accepted",
+        "logs/same-again.mcap": "duplicate",
+    }
+
+    # The same bytes uploaded again in another batch, under another name: still one copy.
+    second = land(local_lake, "b-dup2", [("resent", payload)])
+    resent = materialize_partition(instance, ingest_resources, partition_of(second))
+
+    assert resent.success
+    table = resent.output_for_node("ingest_batch", "validated_drive_logs").set_index("log_key")
+    assert table.loc["logs/resent.mcap", "verdict"] == "duplicate"
+    assert table.loc["logs/resent.mcap", "duplicate_of"] == f"{first.branch}/logs/original.mcap"
+    index = scene_index_view(local_lake)
+    assert set(index["log_key"]) == {"logs/original.mcap"} and len(index) == 20
+
+
+def test_a_grown_branch_ingests_only_its_new_logs(local_lake, instance, ingest_resources):
+    first = land(local_lake, "b-grow", [("early", make_synthetic_log(seed=18))])
+    materialize_partition(instance, ingest_resources, partition_of(first))
+
+    later = land(local_lake, "b-grow", [("late", make_synthetic_log(seed=19))])
+    result = materialize_partition(instance, ingest_resources, partition_of(later))
+
+    assert verdicts_of(result) == {"logs/late.mcap": "accepted"}
+    index = scene_index_view(local_lake)
+    assert index.groupby("log_key").size().to_dict() == {
+        "logs/early.mcap": 20,
+        "logs/late.mcap": 20,
+    }
 
 
 def test_failed_audit_leaves_main_unchanged(
@@ -138,7 +203,7 @@ def test_failed_audit_leaves_main_unchanged(
     main_before = local_lake.resolve_ref(MAIN_BRANCH)
 
     result = materialize_partition(
-        instance, ingest_resources, partition_of(batch, 0), raise_on_error=False
+        instance, ingest_resources, partition_of(batch), raise_on_error=False
     )
 
     failed = [c for c in result.get_asset_check_evaluations() if not c.passed]
@@ -173,7 +238,7 @@ def test_pii_leak_blocks_the_publish(local_lake, instance, ingest_resources, tmp
     main_before = local_lake.resolve_ref(MAIN_BRANCH)
 
     result = materialize_partition(
-        instance, ingest_resources, partition_of(batch, 0), raise_on_error=False
+        instance, ingest_resources, partition_of(batch), raise_on_error=False
     )
 
     (pii,) = [
@@ -200,8 +265,8 @@ def test_reexecuting_only_the_publish_step_cannot_skip_a_failed_audit(
     )
     monkeypatch.setenv(reexecution_job.LAKE_ROOT_ENV, local_lake.root)
     batch = land(local_lake, "b-bypass", [("fast", make_synthetic_log(seed=13))])
-    partition = partition_of(batch, 0)
-    instance.add_dynamic_partitions("drive_logs", [partition])
+    partition = partition_of(batch)
+    instance.add_dynamic_partitions("ingest_batches", [partition])
     main_before = local_lake.resolve_ref(MAIN_BRANCH)
     job = dg.reconstructable(reexecution_job.get_job)
     tags = {"dagster/partition": partition}
@@ -232,11 +297,11 @@ def test_fixed_reupload_of_a_quarantined_log_lifts_its_quarantine(
 ):
     good = make_synthetic_log(seed=14)
     bad = land(local_lake, "b-fix", [("log", encode_drive_log(good)[:-500])])
-    materialize_partition(instance, ingest_resources, partition_of(bad, 0))
+    materialize_partition(instance, ingest_resources, partition_of(bad))
     assert len(quarantine_view(local_lake)) == 1
 
     fixed = land(local_lake, "b-fix", [("log", good)])  # same key, repaired content
-    result = materialize_partition(instance, ingest_resources, partition_of(fixed, 0))
+    result = materialize_partition(instance, ingest_resources, partition_of(fixed))
 
     assert result.success
     assert quarantine_view(local_lake).empty

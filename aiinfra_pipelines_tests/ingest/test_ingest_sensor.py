@@ -6,7 +6,7 @@ import dagster as dg
 
 from aiinfra_pipelines.ingest.assets import SOURCE_COMMIT_TAG
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
-from aiinfra_pipelines.sensors.ingest_sensor import lakefs_ingest_sensor
+from aiinfra_pipelines.sensors.ingest_sensor import LOG_COUNT_TAG, lakefs_ingest_sensor
 
 from .helpers import land
 
@@ -22,18 +22,19 @@ def _partition_keys(result: dg.SensorResult) -> list[str]:
     )
 
 
-def test_new_logs_become_runs_and_partitions(instance, local_lake):
+def test_a_landed_batch_becomes_one_run_and_one_partition(instance, local_lake):
     batch = land(
         local_lake, "s1", [("a", make_synthetic_log(seed=1)), ("b", make_synthetic_log(seed=2))]
     )
 
     result = _tick(instance, local_lake)
 
-    expected = sorted(f"{batch.branch}/{key}" for key in batch.keys)
-    assert sorted(r.partition_key for r in result.run_requests) == expected
-    assert _partition_keys(result) == expected
-    assert {r.tags[SOURCE_COMMIT_TAG] for r in result.run_requests} == {batch.commit}
-    assert len({r.run_key for r in result.run_requests}) == 2
+    # Partitions grow with batches, never with logs.
+    (request,) = result.run_requests
+    assert request.partition_key == f"{batch.branch}/{batch.commit}"
+    assert _partition_keys(result) == [request.partition_key]
+    assert request.tags[SOURCE_COMMIT_TAG] == batch.commit
+    assert request.tags[LOG_COUNT_TAG] == "2"
 
 
 def test_duplicate_tick_requests_nothing_and_run_keys_are_stable(instance, local_lake):
@@ -54,13 +55,16 @@ def test_commits_landed_while_sensor_was_stopped_are_all_picked_up(instance, loc
     landed = []
     for batch in range(3):  # the daemon is down while three uploads land on one branch ...
         logs = [(f"log{batch}-{i}", make_synthetic_log(seed=10 * batch + i)) for i in range(2)]
-        landed += land(local_lake, "while-down", logs).keys
-    land(local_lake, "other", [("x", make_synthetic_log(seed=99))])  # ... and one on another
+        landed.append(land(local_lake, "while-down", logs))
+    other = land(local_lake, "other", [("x", make_synthetic_log(seed=99))])  # ... one elsewhere
 
     after_restart = _tick(instance, local_lake, cursor=first.cursor)
 
+    # One batch per upload commit, each with only the logs that commit landed.
     keys = sorted(r.partition_key for r in after_restart.run_requests)
-    assert keys == sorted([f"ingest-while-down/{k}" for k in landed] + ["ingest-other/logs/x.mcap"])
+    assert keys == sorted(f"{b.branch}/{b.commit}" for b in [*landed, other])
+    counts = {r.partition_key: r.tags[LOG_COUNT_TAG] for r in after_restart.run_requests}
+    assert set(counts.values()) == {"2", "1"}
     assert _tick(instance, local_lake, cursor=after_restart.cursor).run_requests == []
 
 
@@ -71,5 +75,6 @@ def test_only_commits_after_the_cursor_are_diffed(instance, local_lake):
 
     second = _tick(instance, local_lake, cursor=first.cursor)
 
-    assert [r.partition_key for r in second.run_requests] == ["ingest-inc/logs/new.mcap"]
+    assert [r.partition_key for r in second.run_requests] == [f"ingest-inc/{newer.commit}"]
     assert second.run_requests[0].tags[SOURCE_COMMIT_TAG] == newer.commit
+    assert second.run_requests[0].tags[LOG_COUNT_TAG] == "1"

@@ -39,7 +39,7 @@ def test_run_killed_before_merge_leaves_main_unchanged(
     local_lake, instance, ingest_resources, tmp_path
 ):
     batch = land(local_lake, "b-kill", [("log", make_synthetic_log(seed=21))])
-    partition = partition_of(batch, 0)
+    partition = partition_of(batch)
     main_before = local_lake.resolve_ref(MAIN_BRANCH)
     (tmp_path / "child_home").mkdir()
 

@@ -11,7 +11,7 @@ from aiinfra_pipelines.datasets import definitions as dataset_layer
 from aiinfra_pipelines.deployment import definitions as deployment_layer
 from aiinfra_pipelines.evaluation import definitions as evaluation_layer
 from aiinfra_pipelines.ingest import definitions as ingest_layer
-from aiinfra_pipelines.ingest.partitions import drive_log_partitions
+from aiinfra_pipelines.ingest.partitions import BatchRef, ingest_batch_partitions
 from aiinfra_pipelines.ingest.resources import AnonymizationKey
 from aiinfra_pipelines.lake.io_manager import LakeIOManager
 from aiinfra_pipelines.lake.local import LocalLake
@@ -21,7 +21,7 @@ from aiinfra_pipelines.training import definitions as training_layer
 from aiinfra_pipelines.training.resources import MlflowTracking
 from aiinfra_pipelines_tests.ingest.helpers import land
 
-PER_LOG_GROUPS = ("ingest", "mining")
+PER_BATCH_GROUPS = ("ingest", "mining")
 MODEL_GROUPS = ("datasets", "training", "evaluation")
 # Kept apart from MODEL_GROUPS: the training-cycle tests count that run's asset checks.
 DEPLOYMENT_GROUPS = ("deployment",)
@@ -59,23 +59,23 @@ def ingest_and_mine(
     resources: dict,
     batch_id: str,
     logs: Sequence[DriveLog],
-    groups: Sequence[str] = PER_LOG_GROUPS,
+    groups: Sequence[str] = PER_BATCH_GROUPS,
 ) -> list[str]:
-    """Land ``logs`` as one batch and run the per-log ``groups`` for each; returns partitions."""
+    """Land ``logs`` as one batch and run the per-batch ``groups`` on it; returns [partition]."""
     batch = land(resources["lake"], batch_id, [(log.log_id, log) for log in logs])
-    partitions = [f"{batch.branch}/{key}" for key in batch.keys]
-    instance.add_dynamic_partitions(drive_log_partitions.name, partitions)
-    materialize_per_log(instance, resources, partitions, groups)
+    partitions = [BatchRef(batch.branch, batch.commit).partition_key]
+    instance.add_dynamic_partitions(ingest_batch_partitions.name, partitions)
+    materialize_per_batch(instance, resources, partitions, groups)
     return partitions
 
 
-def materialize_per_log(
+def materialize_per_batch(
     instance: dg.DagsterInstance,
     resources: dict,
     partitions: Sequence[str],
     groups: Sequence[str],
 ) -> None:
-    """One run per log partition over ``groups`` (what the ingest and automation sensors do)."""
+    """One run per batch partition over ``groups`` (what the ingest and automation sensors do)."""
     assets = all_assets_and_checks()
     for partition in partitions:
         result = dg.materialize(

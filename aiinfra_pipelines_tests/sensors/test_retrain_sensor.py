@@ -23,7 +23,7 @@ from aiinfra_pipelines_tests.loop.helpers import (
     all_assets_and_checks,
     ingest_and_mine,
     loop_resources,
-    materialize_per_log,
+    materialize_per_batch,
 )
 
 THRESHOLD = 5
@@ -178,7 +178,7 @@ def test_waits_for_a_benchmark_before_training_a_first_candidate(low_threshold, 
         assert request.run_key.startswith("retrain-badcases-")
 
 
-def test_waits_until_every_published_log_is_mined(low_threshold, tmp_path):
+def test_waits_until_every_published_batch_is_mined(low_threshold, tmp_path):
     """Ingested but not yet mined (the automation sensor has not launched mining): no data run
     is in flight, yet a dataset cut now would miss those logs' badcases, so the sensor waits."""
     lake = LocalLake(root=str(tmp_path / "lake"))
@@ -195,9 +195,9 @@ def test_waits_until_every_published_log_is_mined(low_threshold, tmp_path):
         assert len(unseen_badcases(lake)) >= THRESHOLD  # the first two alone would trigger
         waiting = _tick(instance, lake)
         assert isinstance(waiting, dg.SkipReason)
-        assert f"1 published log(s) not mined yet, e.g. {late[0]}" in waiting.skip_message
+        assert f"1 published batch(es) not mined yet, e.g. {late[0]}" in waiting.skip_message
 
-        materialize_per_log(instance, resources, late, ("mining",))
+        materialize_per_batch(instance, resources, late, ("mining",))
         (request,) = _tick(instance, lake).run_requests
         assert set(partitions) | set(late) <= instance.get_materialized_partitions(
             dg.AssetKey("published_mining")

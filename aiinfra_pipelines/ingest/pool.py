@@ -1,0 +1,88 @@
+"""A pool of worker processes that a batch run streams its logs through.
+
+Decoding, validating and anonymizing a log is CPU-bound Python: threads would share one core.
+Each worker takes one log at a time and hands back only a small summary (never the pixels), so
+a batch of any size needs about ``workers + 1`` logs' worth of memory. Results come back in
+input order as they finish, so the caller can report progress while the pool works.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiinfra_pipelines.config import load_resource_yaml
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+# Per-process state the workers share (the lake, the anonymization key): set once per worker by
+# the pool's initializer instead of being pickled with every task.
+_STATE: dict[str, Any] = {}
+
+
+def worker_state() -> dict[str, Any]:
+    """What :func:`map_in_pool`'s ``state`` put in this process."""
+    return _STATE
+
+
+def _initialize(state: dict[str, Any]) -> None:
+    _STATE.clear()
+    _STATE.update(state)
+
+
+def available_cores() -> int:
+    """Cores this process may run on (a pod's cpuset, not the node's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    workers: int
+    start_method: str
+    min_items_for_pool: int
+
+    @classmethod
+    def load(cls) -> PoolSettings:
+        config = load_resource_yaml("ingest.yaml")["workers"]
+        count = int(config["count"])
+        if count < 0:
+            raise ValueError(f"ingest.yaml workers.count must be >= 0, got {count}")
+        return cls(
+            workers=count or available_cores(),
+            start_method=str(config["start_method"]),
+            min_items_for_pool=int(config["min_logs_for_pool"]),
+        )
+
+
+def map_in_pool(
+    function: Callable[[Item], Result],
+    items: Iterable[Item],
+    state: dict[str, Any],
+    settings: PoolSettings,
+) -> Iterator[Result]:
+    """``function`` over ``items`` on worker processes, results in input order.
+
+    ``function`` must be a module-level function (workers import it) and reads shared objects
+    from :func:`worker_state`. Small inputs, or one worker, run in this process.
+    """
+    work = list(items)
+    if settings.workers <= 1 or len(work) < max(settings.min_items_for_pool, 2):
+        _initialize(state)
+        yield from map(function, work)
+        return
+    context = multiprocessing.get_context(settings.start_method)
+    with ProcessPoolExecutor(
+        max_workers=min(settings.workers, len(work)),
+        mp_context=context,
+        initializer=_initialize,
+        initargs=(state,),
+    ) as pool:
+        yield from pool.map(function, work, chunksize=1)
