@@ -10,7 +10,6 @@ import io
 from typing import Any
 
 import dagster as dg
-import numpy as np
 import pandas as pd
 
 from aiinfra_pipelines.config import load_resource_yaml
@@ -18,45 +17,46 @@ from aiinfra_pipelines.datasets.assets import BENCHMARK_MANIFEST, benchmark_set,
 from aiinfra_pipelines.datasets.loading import load_frames
 from aiinfra_pipelines.lake.audits import RequiredAudit, record_audit
 from aiinfra_pipelines.lake.io_manager import asset_object_base
-from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, root_run_id_of
 from aiinfra_pipelines.lake.publish_asset import build_publish_asset
-from aiinfra_pipelines.perception.contract import decode_images, images_to_input, perception_spec
-from aiinfra_pipelines.perception.labels import ground_truth_labels
 from aiinfra_pipelines.training.assets import trained_model
 from aiinfra_pipelines.training.resources import MlflowTracking, mlflow_tracking_uri
 
+from .baselines import fit_baselines, score_baselines
 from .compare import compare_with_production
-from .slices import evaluate_by_slice
+from .predict import predict, slice_metrics
 
 GROUP = "evaluation"
 CHECK_NAME = "offline_eval_no_slice_regression"
 PLOTTED_METRICS = ("occupancy_accuracy", "occupancy_f1", "lead_gap_mae_m")
+# What labels are derived from (perception.labels.ground_truth_labels), keyed by frame.
+LABEL_COLUMNS = ("log_id", "frame_index", "ground_truth", "lane_index", "lane_count")
+__all__ = ["offline_eval", "predict", "slice_metrics", "training_label_frames"]
 
 
-def predict(network: Any, frames: pd.DataFrame, batch_size: int = 128):
-    """(occupancy probabilities N x 3 x bins, lead gap normalized N) of a torch network."""
-    import torch
+def training_label_frames(lake: VersionedLake, trained_model: dict[str, Any]) -> pd.DataFrame:
+    """The label columns of the candidate's training split (no pixels): what baselines fit on.
 
-    spec = perception_spec()
-    images = decode_images(list(frames["image"]), spec.image_height, spec.image_width)
-    occupancy, gaps = [], []
-    network = network.eval().cpu()
-    with torch.inference_mode():
-        for start in range(0, len(images), batch_size):
-            batch = torch.from_numpy(images_to_input(images[start : start + batch_size]))
-            logits, lead_gap = network(batch)
-            occupancy.append(torch.sigmoid(logits).numpy())
-            gaps.append(lead_gap.reshape(-1).numpy())
-    return np.concatenate(occupancy), np.concatenate(gaps)
-
-
-def slice_metrics(network: Any, frames: pd.DataFrame) -> pd.DataFrame:
-    spec = perception_spec()
-    occupancy_target, gap_target = ground_truth_labels(frames, spec)
-    occupancy, gap = predict(network, frames)
-    return evaluate_by_slice(frames, occupancy, occupancy_target, gap, gap_target, spec.max_range_m)
+    The dataset is read at the commit the model recorded, so the baselines describe exactly
+    the data the candidate learned from, even when a newer dataset has landed since.
+    """
+    commit = trained_model["dataset_commit"]
+    rows_key = trained_model.get("dataset_rows_key") or (
+        f"{DATASETS_PREFIX}training/{trained_model['dataset_version']}/dataset.parquet"
+    )
+    rows = pd.read_parquet(io.BytesIO(lake.get_object(commit, rows_key)))
+    rows = rows[rows["split"] == "train"]
+    parts = []
+    for frames_object, wanted in rows.groupby("frames_object", sort=True):
+        labels = pd.read_parquet(
+            io.BytesIO(lake.get_object(commit, str(frames_object))), columns=list(LABEL_COLUMNS)
+        )
+        parts.append(wanted[["log_id", "frame_index"]].merge(labels, on=["log_id", "frame_index"]))
+    if not parts:
+        raise ValueError(f"training dataset {trained_model['dataset_version']} has no train rows")
+    return pd.concat(parts, ignore_index=True)
 
 
 def _load_model(model_uri: str, tracking_uri: str) -> Any:
@@ -100,7 +100,13 @@ def offline_eval(
         if production_pointer and production_pointer.get("model_uri")
         else None
     )
-    comparison = compare_with_production(candidate, production, load_resource_yaml("gates.yaml"))
+    # No-camera baselines fitted on the candidate's training split, scored on this benchmark:
+    # reported always, and the floors a first release must clear (gates.yaml first_release).
+    baseline = score_baselines(fit_baselines(training_label_frames(lake, trained_model)), frames)
+    comparison = compare_with_production(
+        candidate, production, load_resource_yaml("gates.yaml"), baseline=baseline
+    )
+    baseline_overall = baseline[baseline["slice"] == "overall"].iloc[0]
     markdown = comparison.to_markdown()
     with (
         mlflow_tracking_uri(mlflow_tracking.uri()),
@@ -120,6 +126,8 @@ def offline_eval(
             "benchmark_version": manifest["version"],
             "production": production_pointer.get("version") if production_pointer else "none yet",
             "comparison": dg.MetadataValue.md(markdown),
+            "baseline_accuracy": float(baseline_overall["occupancy_accuracy"]),
+            "baseline_lead_gap_mae_m": float(baseline_overall["lead_gap_mae_m"]),
         }
     )
     return {
@@ -130,6 +138,7 @@ def offline_eval(
         "benchmark_version": manifest["version"],
         "mlflow_run_id": trained_model["mlflow_run_id"],
         "candidate": candidate.to_dict(orient="records"),
+        "baseline": baseline.to_dict(orient="records"),
     }
 
 

@@ -16,7 +16,7 @@ MAE (lower is better). ``delta`` is always ``candidate - production``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -47,6 +47,10 @@ NO_PRODUCTION_NOTE = (
     "no production model yet: nothing to regress against, the candidate passes; "
     "its metrics are reported for the record"
 )
+FIRST_RELEASE_NOTE = (
+    "no production model yet: first release, held to beating the no-camera baselines "
+    "(per-cell majority occupancy, mean lead gap) by the margins of offline.first_release"
+)
 _TOLERANCE = 1e-9
 
 
@@ -59,6 +63,8 @@ class Comparison:
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     has_production: bool = True
+    # What the candidate was measured against: "production", or "baseline" on a first release.
+    reference: str = "production"
 
     def to_markdown(self) -> str:
         """A report for Dagster metadata: verdict, failures, notes, one row per slice."""
@@ -69,7 +75,8 @@ class Comparison:
         if self.failures or self.notes:
             lines.append("")
         metrics = list(dict.fromkeys(self.table["metric"])) if len(self.table) else []
-        header = ["slice", "frames", *(f"{m} (cand / prod / Δ)" for m in metrics), "status"]
+        short = "base" if self.reference == "baseline" else "prod"
+        header = ["slice", "frames", *(f"{m} (cand / {short} / Δ)" for m in metrics), "status"]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
         for slice_, group in self.table.groupby("slice", sort=False):
@@ -95,6 +102,7 @@ class Comparison:
         return {
             "passed": self.passed,
             "has_production": self.has_production,
+            "reference": self.reference,
             "failures": len(self.failures),
             "slices": int(self.table["slice"].nunique()) if len(self.table) else 0,
             "gated_slices": int(self.table.loc[self.table["gated"], "slice"].nunique())
@@ -129,46 +137,105 @@ def _finite(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
+def first_release_floors(gates: Mapping[str, Any]) -> dict[str, float]:
+    """``metric → margin`` a first candidate must beat the no-camera baselines by.
+
+    From ``offline.first_release.beat_baseline_by`` (accuracy/F1: absolute gain; MAE: metres
+    less). Empty when not configured: then a first release is only reported, never gated.
+    """
+    section = offline_gates(gates).get("first_release") or {}
+    return {str(m): float(v) for m, v in (section.get("beat_baseline_by") or {}).items()}
+
+
 def compare_with_production(
     candidate: pd.DataFrame,
     production: pd.DataFrame | None,
     gates: Mapping[str, Any],
+    *,
+    baseline: pd.DataFrame | None = None,
 ) -> Comparison:
     """Gate ``candidate`` against ``production`` (both ``evaluate_by_slice`` tables).
 
     ``gates`` is gates.yaml (or its ``offline`` section). ``production=None`` means no model is
-    deployed yet: the comparison passes with a note and still lists the candidate's metrics.
-    A slice production was measured on but the candidate was not is a failure: a candidate
-    cannot pass by not being evaluated.
+    deployed yet. Then, given the no-camera ``baseline`` table (``baselines.score_baselines`` on
+    the same benchmark), the candidate must beat it on every gated slice by the margins of
+    ``offline.first_release`` — a first release that has nothing to regress against still has
+    to show it learned from the camera; the ``production`` column then holds the baseline and
+    ``budget`` is the negated margin (regression must be at most ``-margin``). Without a
+    baseline (or without configured margins) the comparison passes with a note and only
+    lists the candidate's metrics. A slice the reference was measured on but the candidate was
+    not is a failure: a candidate cannot pass by not being evaluated.
     """
     offline = offline_gates(gates)
-    min_frames = int(offline.get("min_slice_frames", 0))
-    metrics = [m for m in METRIC_COLUMNS if m in candidate.columns]
     has_production = production is not None
-    prod_rows = production.set_index("slice") if has_production else pd.DataFrame()
+    floors = first_release_floors(offline)
+    if has_production:
+        reference, name = production, "production"
+
+        def budget_of(slice_: str, metric: str) -> float | None:
+            return budget_for(slice_, metric, offline)
+
+        notes: list[str] = []
+    elif baseline is not None and floors:
+        reference, name = baseline, "baseline"
+
+        def budget_of(slice_: str, metric: str) -> float | None:
+            return -floors[metric] if metric in floors else None
+
+        notes = [FIRST_RELEASE_NOTE]
+    else:
+        reference, name, notes = None, "production", [NO_PRODUCTION_NOTE]
+
+        def budget_of(slice_: str, metric: str) -> float | None:
+            return None
+
+    table, failures, more_notes = _gate(
+        candidate, reference, name, budget_of, int(offline.get("min_slice_frames", 0))
+    )
+    return Comparison(
+        table=table,
+        passed=not failures,
+        failures=failures,
+        notes=notes + more_notes,
+        has_production=has_production,
+        reference=name,
+    )
+
+
+def _gate(
+    candidate: pd.DataFrame,
+    reference: pd.DataFrame | None,
+    name: str,
+    budget_of: Callable[[str, str], float | None],
+    min_frames: int,
+) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """(long table, failures, notes) of ``candidate`` against ``reference`` per gated slice."""
+    metrics = [m for m in METRIC_COLUMNS if m in candidate.columns]
+    has_reference = reference is not None
+    prod_rows = reference.set_index("slice") if has_reference else pd.DataFrame()
     cand_rows = candidate.set_index("slice")
-    notes: list[str] = [] if has_production else [NO_PRODUCTION_NOTE]
+    notes: list[str] = []
     failures: list[str] = []
     rows: list[dict[str, Any]] = []
 
     order = list(cand_rows.index)
-    if has_production:
+    if has_reference:
         order += [s for s in prod_rows.index if s not in cand_rows.index]
     for slice_ in order:
         in_cand = slice_ in cand_rows.index
-        in_prod = has_production and slice_ in prod_rows.index
+        in_prod = has_reference and slice_ in prod_rows.index
         source = cand_rows.loc[slice_] if in_cand else prod_rows.loc[slice_]
         frames = int(source["frames"])
         kind = str(source.get("kind", "slice"))
         if in_cand and in_prod and int(prod_rows.loc[slice_, "frames"]) != frames:
             notes.append(
-                f"{slice_}: candidate scored on {frames} frames, production on "
+                f"{slice_}: candidate scored on {frames} frames, {name} on "
                 f"{int(prod_rows.loc[slice_, 'frames'])} — not the same benchmark"
             )
         for metric in metrics:
             cand = float(cand_rows.loc[slice_, metric]) if in_cand else float("nan")
             prod = float(prod_rows.loc[slice_, metric]) if in_prod else float("nan")
-            budget = budget_for(str(slice_), metric, offline)
+            budget = budget_of(str(slice_), metric)
             delta = cand - prod if _finite(cand) and _finite(prod) else float("nan")
             higher = HIGHER_IS_BETTER.get(metric, True)
             regression = (-delta if higher else delta) if _finite(delta) else float("nan")
@@ -177,16 +244,12 @@ def compare_with_production(
                 passed = True
             elif not _finite(cand):
                 passed = False
-                failures.append(
-                    f"{slice_} {metric}: candidate not evaluated (production {prod:.3f})"
-                )
+                failures.append(f"{slice_} {metric}: candidate not evaluated ({name} {prod:.3f})")
             else:
                 passed = bool(regression <= budget + _TOLERANCE)
                 if not passed:
-                    direction = "drop" if higher else "increase"
                     failures.append(
-                        f"{slice_} {metric}: candidate {cand:.3f} vs production {prod:.3f} "
-                        f"(delta {delta:+.3f}, budget {budget:.3f} {direction}, {frames} frames)"
+                        _failure(slice_, metric, cand, prod, delta, budget, frames, name)
                     )
             rows.append(
                 {
@@ -204,16 +267,35 @@ def compare_with_production(
                 }
             )
     table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
-    if has_production and len(table):
+    if has_reference and len(table):
         small = sorted(table.loc[table["frames"] < min_frames, "slice"].unique())
         if small:
             notes.append(
                 f"{len(small)} slice(s) below {min_frames} frames are reported but not gated"
             )
-    return Comparison(
-        table=table,
-        passed=not failures,
-        failures=failures,
-        notes=notes,
-        has_production=has_production,
+    return table, failures, notes
+
+
+def _failure(
+    slice_: str,
+    metric: str,
+    cand: float,
+    prod: float,
+    delta: float,
+    budget: float,
+    frames: int,
+    name: str,
+) -> str:
+    """One failure line: a regression beyond budget, or a baseline not beaten by the margin."""
+    higher = HIGHER_IS_BETTER.get(metric, True)
+    if name == "baseline":
+        better = "above" if higher else "below"
+        return (
+            f"{slice_} {metric}: candidate {cand:.3f} vs no-camera baseline {prod:.3f} "
+            f"(delta {delta:+.3f}; must be {-budget:.3f} {better} it, {frames} frames)"
+        )
+    direction = "drop" if higher else "increase"
+    return (
+        f"{slice_} {metric}: candidate {cand:.3f} vs {name} {prod:.3f} "
+        f"(delta {delta:+.3f}, budget {budget:.3f} {direction}, {frames} frames)"
     )

@@ -110,6 +110,7 @@ def trained_model(
         "model_uri": result.model_uri,
         "dataset_version": pointer["version"],
         "dataset_commit": pointer["commit"],
+        "dataset_rows_key": pointer["rows_key"],
         "code_version": lineage["code_version"],
         "epochs": result.epochs_completed,
         "metrics": metrics,
