@@ -10,6 +10,9 @@ confidence drive the same :class:`RulePlanner`, low-confidence fallback included
 Metrics are measured on privileged ground truth (what really happened), never on what the
 engine believed: collision, minimum time-to-collision to the lead, progress, hard brakes, jerk,
 fallback activations, and per-step wall-clock timings of simulator, perception and planner.
+A collision also records what happened just before it (ego speed and acceleration, whether ego
+straddled a lane boundary, where the vehicle it hit was and how fast) so that the simulation layer
+can decide who was at fault without re-driving the episode.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from aiinfra_pipelines.fleet.triggers import TriggerConfig, load_trigger_config
 from aiinfra_pipelines.logs.model import OtherVehicle
 
 if TYPE_CHECKING:
-    from aiinfra_pipelines.fleet.sim_env import EgoState
+    from aiinfra_pipelines.fleet.sim_env import EgoFootprint, EgoState
 
 PERCEPTION_GROUND_TRUTH = "ground_truth"
 PERCEPTION_ENGINE = "engine"
@@ -131,6 +134,8 @@ class EpisodeMetrics:
     shadow_engine_sha256: str = ""
     shadow_steps: int = 0
     shadow_agreements: int = 0  # steps where the shadow plan chose the driven action
+    # The frame before the first collision, as :func:`collision_record` describes it.
+    collision_detail: dict[str, Any] | None = None
 
     TIMING_FIELDS = ("simulator_ms", "perception_ms", "planner_ms")
 
@@ -218,6 +223,7 @@ def run_episode(
     # every Dagster run process imports this module, few of them simulate.
     from aiinfra_pipelines.fleet.sim_env import (
         GroundTruthReader,
+        ego_footprint,
         ego_state,
         isolated_behaviour_class,
         make_env,
@@ -227,6 +233,9 @@ def run_episode(
     reader = GroundTruthReader(cfg)
     trace = _Trace()
     done = False
+    # Ground-truth perception with nobody watching needs no camera frame: skipping render and
+    # degradation changes no outcome (neither feeds the simulation) and halves the step cost.
+    needs_frame = engine is not None or shadow_engine is not None or observer is not None
     with isolated_behaviour_class(cfg):
         env = make_env(setup.road_type, setup.env_seed, cfg)
         try:
@@ -237,15 +246,25 @@ def run_episode(
             )
             for step in range(setup.max_steps + 1):
                 started = time.perf_counter()
-                image = render_frame(env)
+                image = render_frame(env) if needs_frame else None
                 ego = ego_state(env)
                 others = reader.read(env, image)  # paints plates into image
                 speed = float(np.clip(ego.speed_mps, 0.0, max_speed))
-                seen = degrade(image, setup.weather, setup.lighting, rng, cfg)
+                seen = (
+                    degrade(image, setup.weather, setup.lighting, rng, cfg)
+                    if image is not None
+                    else None
+                )
                 sensed_s = time.perf_counter() - started
                 if observer is not None:
                     observer(StepObservation(step, seen, ego, speed, others))
-                trace.observe(ego, others, metric_cfg.vehicle_length_m)
+                trace.observe(
+                    ego,
+                    others,
+                    metric_cfg.vehicle_length_m,
+                    footprint=ego_footprint(env),
+                    crashed_ids=reader.crashed_ids(env) if ego.crashed else frozenset(),
+                )
                 if done or step == setup.max_steps:
                     trace.simulator_ms.append(sensed_s * 1e3)
                     break
@@ -297,16 +316,36 @@ class _Trace:
     perception_ms: list[float] = field(default_factory=list)
     planner_ms: list[float] = field(default_factory=list)
     shadow_agreed: list[bool] = field(default_factory=list)
+    footprints: list[EgoFootprint] = field(default_factory=list)
+    previous_others: list[OtherVehicle] = field(default_factory=list)
+    # (frame index of the first crash, the vehicle ego collided with as seen one frame before)
+    crash: tuple[int, OtherVehicle | None] | None = None
 
     def shadow(self, agreed: bool) -> None:
         self.shadow_agreed.append(bool(agreed))
 
-    def observe(self, ego: EgoState, others: list[OtherVehicle], vehicle_length_m: float) -> None:
+    def observe(
+        self,
+        ego: EgoState,
+        others: list[OtherVehicle],
+        vehicle_length_m: float,
+        *,
+        footprint: EgoFootprint | None = None,
+        crashed_ids: frozenset[int] | set[int] = frozenset(),
+    ) -> None:
         gap, ttc = lead_time_to_collision(others, vehicle_length_m)
         self.speeds.append(float(ego.speed_mps))
         self.crashed.append(bool(ego.crashed))
         self.lead_gaps.append(gap)
         self.ttc.append(ttc)
+        if footprint is not None:
+            self.footprints.append(footprint)
+        if ego.crashed and self.crash is None:
+            self.crash = (
+                len(self.speeds) - 1,
+                _collision_partner(others, self.previous_others, crashed_ids),
+            )
+        self.previous_others = others
 
     def decide(self, name: str, fallback: bool, confidence: float) -> None:
         self.decisions.append(name)
@@ -359,7 +398,76 @@ class _Trace:
             shadow_engine_sha256="" if shadow_engine is None else str(shadow_engine.sha256),
             shadow_steps=len(self.shadow_agreed),
             shadow_agreements=int(sum(self.shadow_agreed)),
+            collision_detail=self._collision_detail(dt_s),
         )
+
+    def _collision_detail(self, dt_s: float) -> dict[str, Any] | None:
+        if self.crash is None:
+            return None
+        frame, partner = self.crash
+        before = max(frame - 1, 0)  # the crash frame is already post-impact
+        footprint = self.footprints[before] if len(self.footprints) > before else None
+        return collision_record(
+            step=frame,
+            ego_speed_mps=self.speeds[before],
+            ego_accel_mps2=(self.speeds[before] - self.speeds[before - 1]) / dt_s
+            if before >= 1
+            else 0.0,
+            footprint=footprint,
+            partner=partner,
+        )
+
+
+def _collision_partner(
+    current: Sequence[OtherVehicle],
+    previous: Sequence[OtherVehicle],
+    crashed_ids: frozenset[int] | set[int],
+) -> OtherVehicle | None:
+    """The vehicle ego collided with, as it was one frame before the impact (when known).
+
+    highway-env marks both vehicles of a collision crashed; of the crashed others, the one
+    nearest ego now is the one it hit.
+    """
+    hits = [o for o in current if o.vehicle_id in crashed_ids]
+    if not hits:
+        return None
+    nearest = min(hits, key=lambda o: math.hypot(o.x, o.y))
+    before = {o.vehicle_id: o for o in previous}
+    return before.get(nearest.vehicle_id, nearest)
+
+
+def collision_record(
+    *,
+    step: int,
+    ego_speed_mps: float,
+    ego_accel_mps2: float,
+    footprint: EgoFootprint | None,
+    partner: OtherVehicle | None,
+) -> dict[str, Any]:
+    """A collision as plain data, measured the frame before impact (the impact frame is already
+    shaped by the crash): ego speed and longitudinal acceleration, ego's size and whether it
+    straddled a lane boundary, and the other vehicle's position, velocity relative to ego and
+    absolute speed in ego's frame (x ahead, y left). ``partner`` is ``None`` when the vehicle
+    ego hit is unknown (outside ground-truth range)."""
+    record: dict[str, Any] = {
+        "step": int(step),
+        "ego_speed_mps": round(float(ego_speed_mps), 6),
+        "ego_accel_mps2": round(float(ego_accel_mps2), 6),
+        "ego_length_m": None if footprint is None else footprint.length_m,
+        "ego_width_m": None if footprint is None else footprint.width_m,
+        "ego_straddles_lanes": bool(footprint.straddles_lanes) if footprint else False,
+        "partner": None,
+    }
+    if partner is not None:
+        record["partner"] = {
+            "x_m": round(float(partner.x), 6),
+            "y_m": round(float(partner.y), 6),
+            "vx_mps": round(float(partner.vx), 6),
+            "vy_mps": round(float(partner.vy), 6),
+            "speed_mps": round(math.hypot(ego_speed_mps + partner.vx, partner.vy), 6),
+            "lane_offset": int(partner.lane_offset),
+        }
+    return record
 
 
 def _onsets(flags: np.ndarray) -> int:

@@ -149,6 +149,36 @@ def render_frame(env: gym.Env) -> np.ndarray:
     return image
 
 
+@dataclass(frozen=True)
+class EgoFootprint:
+    """Ego's body as a collision sees it: its size, and whether it spans a lane boundary.
+
+    ``straddles_lanes`` is nuPlan's "ego is in multiple lanes": a lateral collision is ego's
+    fault when it happens while ego's footprint crosses into a neighbouring lane (changing
+    lanes), not when another car swerves into ego keeping its lane.
+    """
+
+    length_m: float
+    width_m: float
+    straddles_lanes: bool
+
+
+def ego_footprint(env: gym.Env) -> EgoFootprint:
+    """Ego's size (highway-env's own vehicle dimensions) and lane-boundary straddling."""
+    ego = env.unwrapped.vehicle
+    length, width = float(ego.LENGTH), float(ego.WIDTH)
+    longitudinal, lateral = ego.lane.local_coordinates(ego.position)
+    relative = float(ego.heading) - float(ego.lane.heading_at(longitudinal))
+    # Half the footprint's extent across the lane, for a body rotated against the lane.
+    half_extent = abs(length / 2.0 * math.sin(relative)) + abs(width / 2.0 * math.cos(relative))
+    half_lane = float(ego.lane.width_at(longitudinal)) / 2.0
+    return EgoFootprint(
+        length_m=length,
+        width_m=width,
+        straddles_lanes=bool(abs(float(lateral)) + half_extent > half_lane),
+    )
+
+
 def ego_state(env: gym.Env) -> EgoState:
     """Read the controlled vehicle's kinematics and lane in ENU conventions."""
     base = env.unwrapped
@@ -224,6 +254,18 @@ class GroundTruthReader:
                 )
             )
         return others
+
+    def crashed_ids(self, env: gym.Env) -> set[int]:
+        """Ids (as :meth:`read` gives them) of the other vehicles highway-env marked crashed.
+
+        highway-env flags both vehicles of a collision, so the one ego hit is among these.
+        """
+        base = env.unwrapped
+        return {
+            self._id_of(vehicle)
+            for vehicle in base.road.vehicles
+            if vehicle is not base.vehicle and bool(getattr(vehicle, "crashed", False))
+        }
 
     def _id_of(self, vehicle: object) -> int:
         key = id(vehicle)

@@ -4,12 +4,15 @@
   scenario per mined-badcase / fleet-failure log on ``main``; published to
   ``simulation/scenarios/library.json`` by write–audit–publish, never dropping a scenario.
 * ``regression_simulation`` — static partitions = shards; each run simulates its shard's
-  scenarios with the candidate's ship engine and the production engine (cached outcomes
-  reused) in worker processes and publishes the shard's record.
+  scenarios, each over the configured seeds, with the candidate's ship engine, the production
+  engine, the oracle (ground-truth perception) and model zero (cached outcomes reused, an
+  engine in two roles simulated once) in worker processes and publishes the shard's record.
 * ``regression_report`` — aggregates every shard (refusing shards of different candidates),
   applies the gate, publishes ``candidates/<v>/reports/regression_simulation.json`` with the
   library's updated first-failed / first-fixed records, logs the report to the candidate's
-  MLflow run. Its check ``regression_no_new_failures`` re-runs the gate on the published
+  MLflow run; its metadata carries the at-fault collision counts of all four planners
+  (``candidate_at_fault``, ``production_at_fault``, ``oracle_at_fault``, ``model_zero_at_fault``)
+  and ``scenarios``. Its check ``regression_no_new_failures`` re-runs the gate on the published
   report; it does not block — certification re-verifies and names every failed gate.
 
 Runs are started by ``regression_simulation_sensor`` (library → shards → report) with the
@@ -37,6 +40,7 @@ from .from_fleet import fleet_regression_scenarios
 from .gate import evaluate_gate
 from .library import LIBRARY_KEY, merge_library, record_results, records_by_id, shard_keys
 from .regression import (
+    HEADLINE_KEYS,
     aggregate_shards,
     build_report,
     read_library,
@@ -47,6 +51,7 @@ from .regression import (
     run_shard,
     shard_objects,
 )
+from .roles import ROLE_CANDIDATE, ROLES
 from .scenarios import load_base_scenarios
 from .settings import shard_count
 
@@ -162,7 +167,8 @@ def scenario_library(
 def regression_simulation(
     context: dg.AssetExecutionContext, config: RegressionConfig, lake: VersionedLake
 ) -> dg.MaterializeResult:
-    """One shard: candidate ship engine and production engine, closed loop, every scenario."""
+    """One shard: candidate, production, oracle and model zero, closed loop, every scenario and
+    seed."""
     run = run_shard(
         lake,
         context.partition_key,
@@ -187,11 +193,15 @@ def regression_simulation(
         {
             "scenario": row["scenario_id"],
             "slice": row["slice"],
-            "cand. collision": row["candidate"]["collision"],
-            "cand. progress m": row["candidate"]["progress_m"],
-            "cand. fallbacks": row["candidate"]["fallback_activations"],
-            "prod. collision": row["production"]["collision"],
-            "prod. progress m": row["production"]["progress_m"],
+            "seeds": len(row["seeds"]),
+            **{
+                f"{role} collisions": sum(bool(e["collision"]) for e in row[role]) for role in ROLES
+            },
+            **{
+                f"{role} at-fault": sum(bool(e.get("at_fault_collision")) for e in row[role])
+                for role in ROLES
+            },
+            "cand. fallbacks": sum(e["fallback_activations"] for e in row[ROLE_CANDIDATE]),
             "cached": ",".join(role for role, hit in sorted(row["cached"].items()) if hit),
         }
         for row in record["scenarios"]
@@ -203,6 +213,7 @@ def regression_simulation(
             "production": record["production_version"],
             "library_version": record["library_version"],
             "scenarios": len(record["scenarios"]),
+            "seeds_per_scenario": record["seeds_per_scenario"],
             "simulated_runs": run.simulated,
             "reused_runs": run.reused,
             "outcomes": _table(rows) if rows else dg.MetadataValue.text("no scenarios"),
@@ -266,14 +277,13 @@ def regression_report(
         mlflow.log_text(markdown, "regression_simulation/report.md")
         mlflow.log_text(report_bytes.decode(), "regression_simulation/report.json")
         aggregate = report["aggregate"]
-        mlflow.log_metrics(
-            {
-                "sim_candidate_collision_rate": aggregate["candidate_collision_rate"],
-                "sim_production_collision_rate": aggregate["production_collision_rate"],
-                "sim_candidate_passed_scenarios": aggregate["candidate_passed"],
-                "sim_passed": float(report["passed"]),
-            }
-        )
+        figures = {
+            f"sim_{role}_{name}": aggregate[f"{role}_{name}"]
+            for role in ROLES
+            for name in ("at_fault", "at_fault_rate", "collisions", "passed")
+            if aggregate.get(f"{role}_{name}") is not None
+        }
+        mlflow.log_metrics({**figures, "sim_passed": float(report["passed"])})
     key = report_key(version)
     commit = publish_objects(
         lake,
@@ -297,8 +307,13 @@ def regression_report(
             "report_sha256": hashlib.sha256(report_bytes).hexdigest(),
             "commit": commit,
             "record_changes": dg.MetadataValue.json(record_changes),
+            **{
+                key: value
+                for key, value in report["summary"].items()
+                if key in HEADLINE_KEYS and value is not None
+            },
             "report": dg.MetadataValue.md(markdown),
-            "scenarios": _table(report_table_rows(report)),
+            "scenario_table": _table(report_table_rows(report)),
         }
     )
 
@@ -308,7 +323,8 @@ def regression_no_new_failures(
     context: dg.AssetCheckExecutionContext, lake: VersionedLake
 ) -> dg.AssetCheckResult:
     """Re-runs the gate on the published report: no scenario production passes may fail for the
-    candidate, fixed scenarios stay fixed, collision rates (total, per slice) within budget."""
+    candidate, no pass rate drops beyond tolerance, fixed scenarios stay fixed, at-fault
+    collision rates (total, per slice) within budget."""
     event = context.instance.get_latest_materialization_event(regression_report.key)
     if event is None or event.asset_materialization is None:
         return dg.AssetCheckResult(passed=False, metadata={"reason": "no report materialized"})
@@ -331,7 +347,7 @@ def regression_no_new_failures(
             "new_failures": dg.MetadataValue.json(
                 [c.scenario_id for c in gate.comparisons if c.status == "new_failure"]
             ),
-            "collision_rates": dg.MetadataValue.json(gate.aggregate),
+            "at_fault_rates": dg.MetadataValue.json(gate.aggregate),
             "report_verdict_matches": gate.passed == bool(report["passed"]),
         },
     )

@@ -1,10 +1,12 @@
-"""The engines regression simulation compares: the published candidate and production.
+"""The engines regression simulation drives: the published candidate, production, model zero.
 
 The candidate is what would ship: ``candidates/latest.json`` names the model version, its
 manifest's ``ship`` entry names the engine file on ``main`` and its SHA-256 (docs/loop.md). The
 bytes are verified against that hash before a single scenario runs — simulating a file other
 than the one certification will vouch for would make the report worthless. Production is
 whatever ``release/production.json`` names (the bootstrap engine before the first release).
+Model zero is the bootstrap engine itself, driven in every report as the floor (the oracle,
+ground-truth perception, needs no engine).
 """
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ from typing import Any
 
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
-from aiinfra_pipelines.perception.deployed import load_deployed_engine
+from aiinfra_pipelines.perception.contract import perception_spec
+from aiinfra_pipelines.perception.deployed import (
+    BOOTSTRAP_VERSION,
+    bootstrap_onnx,
+    load_deployed_engine,
+)
 
 from .runner import EngineSource
 
@@ -92,3 +99,8 @@ def load_production(lake: VersionedLake) -> EngineSource:
     """The engine the fleet runs now (bootstrap engine before the first release)."""
     deployed = load_deployed_engine(lake, batch_size=1)
     return EngineSource(deployed.version, deployed.onnx_bytes)
+
+
+def load_model_zero() -> EngineSource:
+    """Model zero, the bootstrap engine the loop started from (cached ONNX export)."""
+    return EngineSource(BOOTSTRAP_VERSION, bootstrap_onnx(perception_spec()))

@@ -1,20 +1,30 @@
 """The closed-loop regression gate: which scenarios pass, and may the candidate replace production.
 
-Pure functions over per-scenario metrics, thresholds from ``gates.yaml`` ``simulation:``:
+Pure functions over per-episode metrics, thresholds from ``gates.yaml`` ``simulation:``:
 
-* a scenario passes when no collision happened, the minimum time-to-collision stayed above its
-  floor, hard brakes stayed within their count and the car made progress (per road type, with
-  fnmatch overrides per scenario id);
+* an *episode* passes when ego caused no collision (at-fault, as nuPlan counts it:
+  :mod:`.collisions`; being rear-ended while stopped is no failure), the minimum
+  time-to-collision stayed above its floor, hard brakes stayed within their count and the car
+  made progress (per road type, with fnmatch overrides per scenario id);
+* a *scenario* runs over several seeds (simulation.yaml ``episode.seeds_per_scenario``) and an
+  engine's verdict on it is its pass rate; the engine passes the scenario when that rate
+  reaches ``pass_rate.min_pass_rate``. One unlucky seed therefore does not flip a verdict, and
+  the gate compares rates, not single rolls of the dice;
 * the candidate passes the gate when no scenario that production passes fails for it (a *new
-  failure*), no scenario an earlier model version fixed fails again, and its collision rate —
-  over the whole library and per slice — exceeds production's by no more than the budgets;
+  failure*), its pass rate on no scenario falls more than ``pass_rate.max_drop`` below
+  production's, no scenario an earlier model version fixed fails again, and its at-fault
+  collision rate — the share of episodes, over the whole library and per slice — exceeds
+  production's by no more than the budgets. The same engine as candidate and production (an
+  A/A run) therefore always passes: its outcomes are identical;
 * before the first release there is no production engine to regress against: production is
   model zero, which no car runs (its near-zero confidence makes the planner fall back on every
   frame — a car that only ever brakes to the lowest speed). Comparing against it would only ask
   "does the candidate drive as timidly as a car without perception". The first candidate is
-  held to absolute limits instead (``first_release``: the library's collision rate, and per
-  slice where configured); the per-scenario verdicts and production's numbers are still
-  reported, and fixed scenarios must stay fixed.
+  held to absolute limits instead (``first_release``: the library's at-fault collision rate,
+  and per slice where configured); the per-scenario verdicts and production's numbers are still
+  reported, and fixed scenarios must stay fixed;
+* the oracle (ground-truth perception: the ceiling this planner reaches) and model zero (the
+  floor) are judged and reported beside the two, never gated.
 
 Every failure is named, so the report (and certification after it) can say exactly why.
 """
@@ -26,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .roles import ROLE_CANDIDATE, ROLE_MODEL_ZERO, ROLE_ORACLE, ROLE_PRODUCTION, ROLES
 from .settings import simulation_gates
 
 STATUS_PASS = "pass"
@@ -33,10 +44,13 @@ STATUS_NEW_FAILURE = "new_failure"
 STATUS_REGRESSED_FIX = "regressed_fix"  # fixed by an earlier version, failing again
 STATUS_FIXED = "fixed"  # production fails it, the candidate passes
 STATUS_STILL_FAILING = "still_failing"
+_EPS = 1e-9
 
 
 @dataclass(frozen=True)
 class Verdict:
+    """One episode's verdict."""
+
     passed: bool
     failures: tuple[str, ...]
 
@@ -59,12 +73,27 @@ def scenario_criteria(scenario_id: str, gates: Mapping[str, Any] | None = None) 
     return criteria
 
 
+def min_pass_rate(gates: Mapping[str, Any] | None = None) -> float:
+    """The pass rate over seeds at which an engine passes a scenario."""
+    return float(gate_section(gates)["pass_rate"]["min_pass_rate"])
+
+
+def at_fault(metrics: Mapping[str, Any]) -> bool:
+    """Whether ego caused the episode's collision; an unclassified collision counts as ego's."""
+    if not metrics.get("collision"):
+        return False
+    return bool(metrics.get("at_fault_collision", True))
+
+
 def scenario_verdict(
     metrics: Mapping[str, Any], road_type: str, criteria: Mapping[str, Any]
 ) -> Verdict:
     """Whether one episode passes; ``failures`` says which criteria it broke and by how much."""
     failures = []
-    if criteria.get("no_collision", True) and metrics["collision"]:
+    if criteria.get("no_at_fault_collision", True) and at_fault(metrics):
+        kind = metrics.get("collision_type") or "unclassified"
+        failures.append(f"at-fault collision ({kind}) at step {metrics['collision_step']}")
+    elif criteria.get("no_collision", False) and metrics["collision"]:
         failures.append(f"collision at step {metrics['collision_step']}")
     ttc = metrics.get("min_ttc_s")
     floor = criteria.get("min_ttc_s")
@@ -86,19 +115,90 @@ def scenario_verdict(
 
 
 @dataclass(frozen=True)
+class ScenarioResult:
+    """One engine on one scenario over its seeds: per-episode verdicts and the pass rate."""
+
+    seeds: tuple[int | None, ...]
+    verdicts: tuple[Verdict, ...]
+    pass_rate: float
+    passed: bool  # pass_rate >= min_pass_rate
+    collisions: int  # episodes ending in any collision
+    at_fault: int  # episodes ending in a collision ego caused
+
+    @property
+    def episodes(self) -> int:
+        return len(self.verdicts)
+
+    @property
+    def passes(self) -> int:
+        return sum(v.passed for v in self.verdicts)
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        """Every failed criterion, prefixed with the seed of its episode."""
+        return tuple(
+            f"seed {seed}: {failure}"
+            for seed, verdict in zip(self.seeds, self.verdicts, strict=True)
+            for failure in verdict.failures
+        )
+
+    def describe(self) -> str:
+        return f"{self.passes}/{self.episodes} seeds pass"
+
+
+def episodes_of(value: Any) -> list[Mapping[str, Any]]:
+    """One engine's episodes of a scenario: a list (one per seed) or a single metrics mapping."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, Mapping) else list(value)
+
+
+def scenario_result(
+    episodes: Sequence[Mapping[str, Any]],
+    road_type: str,
+    criteria: Mapping[str, Any],
+    threshold: float,
+) -> ScenarioResult:
+    """Judge every episode and the scenario's pass rate over them."""
+    if not episodes:
+        raise ValueError("a scenario result needs at least one episode")
+    verdicts = tuple(scenario_verdict(e, road_type, criteria) for e in episodes)
+    rate = sum(v.passed for v in verdicts) / len(verdicts)
+    return ScenarioResult(
+        seeds=tuple(e.get("seed") for e in episodes),
+        verdicts=verdicts,
+        pass_rate=round(rate, 6),
+        passed=rate + _EPS >= threshold,
+        collisions=sum(bool(e["collision"]) for e in episodes),
+        at_fault=sum(at_fault(e) for e in episodes),
+    )
+
+
+@dataclass(frozen=True)
 class ScenarioComparison:
-    """One scenario's outcome for both engines, with verdicts and the resulting status."""
+    """One scenario's outcome for every engine, with verdicts and the resulting status.
+
+    ``candidate`` / ``production`` (and ``oracle`` / ``model_zero`` when driven) are the
+    per-seed episode metrics; the ``*_verdict`` fields judge them over the seeds.
+    """
 
     scenario_id: str
     slice: str
     kind: str
     road_type: str
-    candidate: Mapping[str, Any]
-    production: Mapping[str, Any]
-    candidate_verdict: Verdict
-    production_verdict: Verdict
+    candidate: Sequence[Mapping[str, Any]]
+    production: Sequence[Mapping[str, Any]]
+    candidate_verdict: ScenarioResult
+    production_verdict: ScenarioResult
     first_fixed_by: str | None
     status: str
+    oracle: Sequence[Mapping[str, Any]] = ()
+    model_zero: Sequence[Mapping[str, Any]] = ()
+    oracle_verdict: ScenarioResult | None = None
+    model_zero_verdict: ScenarioResult | None = None
+
+    def result(self, role: str) -> ScenarioResult | None:
+        return getattr(self, f"{role}_verdict")
 
 
 @dataclass
@@ -115,15 +215,23 @@ def compare_outcomes(
     records: Mapping[str, Mapping[str, Any]],
     gates: Mapping[str, Any] | None = None,
 ) -> list[ScenarioComparison]:
-    """Verdicts for every outcome row (``scenario_id``, ``slice``, ``kind``, ``road_type``,
-    ``candidate`` and ``production`` metrics); ``records`` are the library's first-failed /
-    first-fixed records by scenario id."""
+    """Verdicts for every outcome row (``scenario_id``, ``slice``, ``kind``, ``road_type``, and
+    per role — ``candidate``, ``production``, optionally ``oracle`` and ``model_zero`` — the
+    episodes, one per seed); ``records`` are the library's first-failed / first-fixed records
+    by scenario id."""
     section = gate_section(gates)
+    threshold = min_pass_rate(section)
     comparisons = []
     for row in sorted(outcomes, key=lambda r: r["scenario_id"]):
         criteria = scenario_criteria(row["scenario_id"], section)
-        candidate = scenario_verdict(row["candidate"], row["road_type"], criteria)
-        production = scenario_verdict(row["production"], row["road_type"], criteria)
+        episodes = {role: episodes_of(row.get(role)) for role in ROLES}
+        results = {
+            role: scenario_result(runs, row["road_type"], criteria, threshold) if runs else None
+            for role, runs in episodes.items()
+        }
+        candidate, production = results[ROLE_CANDIDATE], results[ROLE_PRODUCTION]
+        if candidate is None or production is None:
+            raise ValueError(f"scenario {row['scenario_id']}: candidate and production needed")
         fixed_by = (records.get(row["scenario_id"]) or {}).get("first_fixed_by")
         if candidate.passed:
             status = STATUS_PASS if production.passed else STATUS_FIXED
@@ -139,12 +247,16 @@ def compare_outcomes(
                 slice=row["slice"],
                 kind=row["kind"],
                 road_type=row["road_type"],
-                candidate=row["candidate"],
-                production=row["production"],
+                candidate=episodes[ROLE_CANDIDATE],
+                production=episodes[ROLE_PRODUCTION],
                 candidate_verdict=candidate,
                 production_verdict=production,
                 first_fixed_by=fixed_by,
                 status=status,
+                oracle=episodes[ROLE_ORACLE],
+                model_zero=episodes[ROLE_MODEL_ZERO],
+                oracle_verdict=results[ROLE_ORACLE],
+                model_zero_verdict=results[ROLE_MODEL_ZERO],
             )
         )
     return comparisons
@@ -171,40 +283,49 @@ def evaluate_gate(
         return _first_release_gate(comparisons, section, failures)
     no_new_failures = bool(section.get("no_new_failures", True))
     keep_fixes = bool(section.get("previously_fixed_must_pass", True))
+    max_drop = float(section["pass_rate"]["max_drop"])
     for c in comparisons:
-        if c.candidate_verdict.passed:
-            continue
-        why = "; ".join(c.candidate_verdict.failures)
+        cand, prod = c.candidate_verdict, c.production_verdict
+        why = "; ".join(cand.failures)
         if c.status == STATUS_NEW_FAILURE and no_new_failures:
-            failures.append(f"new failure {c.scenario_id}: production passes, candidate: {why}")
-        elif c.first_fixed_by and keep_fixes:
+            failures.append(
+                f"new failure {c.scenario_id}: production passes ({prod.describe()}), "
+                f"candidate {cand.describe()}: {why}"
+            )
+        elif not cand.passed and c.first_fixed_by and keep_fixes:
             failures.append(
                 f"regressed fix {c.scenario_id}: fixed by model version {c.first_fixed_by}, "
-                f"candidate: {why}"
+                f"candidate {cand.describe()}: {why}"
+            )
+        elif cand.pass_rate < prod.pass_rate - max_drop - _EPS:
+            failures.append(
+                f"pass rate drop {c.scenario_id}: candidate {cand.pass_rate:.2f} < production "
+                f"{prod.pass_rate:.2f} - tolerance {max_drop:.2f}: {why}"
             )
     budgets = section.get("budgets") or {}
     aggregate = _rates(comparisons)
-    increase = _collision_rate_increase(aggregate)
-    budget = float(budgets.get("collision_rate", 0.0))
-    aggregate["collision_rate_increase"] = round(increase, 6)
-    aggregate["collision_rate_budget"] = budget
-    if comparisons and increase > budget + 1e-12:
+    increase = _at_fault_rate_increase(aggregate)
+    budget = float(budgets.get("at_fault_rate", 0.0))
+    aggregate["at_fault_rate_increase"] = round(increase, 6)
+    aggregate["at_fault_rate_budget"] = budget
+    if comparisons and increase > budget + _EPS:
         failures.append(
-            f"collision rate {aggregate['candidate_collision_rate']:.3f} exceeds production's "
-            f"{aggregate['production_collision_rate']:.3f} by {increase:.3f} > budget {budget:.3f}"
+            f"at-fault collision rate {aggregate['candidate_at_fault_rate']:.3f} exceeds "
+            f"production's {aggregate['production_at_fault_rate']:.3f} by {increase:.3f} > "
+            f"budget {budget:.3f}"
         )
-    slice_budget = float(budgets.get("slice_collision_rate", 0.0))
+    slice_budget = float(budgets.get("slice_at_fault_rate", 0.0))
     return _judge_slices(
         comparisons,
         section,
         aggregate,
         failures,
         limit=slice_budget,
-        measure=_collision_rate_increase,
+        measure=_at_fault_rate_increase,
         describe=lambda s: (
-            f"slice {s['slice']}: collision rate {s['candidate_collision_rate']:.3f} exceeds "
-            f"production's {s['production_collision_rate']:.3f} by "
-            f"{_collision_rate_increase(s):.3f} > budget {slice_budget:.3f}"
+            f"slice {s['slice']}: at-fault collision rate {s['candidate_at_fault_rate']:.3f} "
+            f"exceeds production's {s['production_at_fault_rate']:.3f} by "
+            f"{_at_fault_rate_increase(s):.3f} > budget {slice_budget:.3f}"
         ),
     )
 
@@ -215,8 +336,8 @@ def _regressed_fixes(
     if not bool(section.get("previously_fixed_must_pass", True)):
         return []
     return [
-        f"regressed fix {c.scenario_id}: fixed by model version {c.first_fixed_by}, candidate: "
-        + "; ".join(c.candidate_verdict.failures)
+        f"regressed fix {c.scenario_id}: fixed by model version {c.first_fixed_by}, candidate "
+        f"{c.candidate_verdict.describe()}: " + "; ".join(c.candidate_verdict.failures)
         for c in comparisons
         if not c.candidate_verdict.passed and c.first_fixed_by
     ]
@@ -234,25 +355,25 @@ def _first_release_gate(
         )
     failures = [*failures, *_regressed_fixes(comparisons, section)]
     aggregate = _rates(comparisons)
-    cap = float(limits["max_collision_rate"])
+    cap = float(limits["max_at_fault_rate"])
     aggregate["first_release"] = True
-    aggregate["collision_rate_budget"] = cap
-    if comparisons and aggregate["candidate_collision_rate"] > cap + 1e-12:
+    aggregate["at_fault_rate_budget"] = cap
+    if comparisons and aggregate["candidate_at_fault_rate"] > cap + _EPS:
         failures.append(
-            f"first release: collision rate {aggregate['candidate_collision_rate']:.3f} "
+            f"first release: at-fault collision rate {aggregate['candidate_at_fault_rate']:.3f} "
             f"exceeds the absolute limit {cap:.3f} (no production engine to compare with)"
         )
-    slice_cap = limits.get("max_slice_collision_rate")
+    slice_cap = limits.get("max_slice_at_fault_rate")
     return _judge_slices(
         comparisons,
         section,
         aggregate,
         failures,
         limit=slice_cap,
-        measure=lambda rates: rates["candidate_collision_rate"],
+        measure=lambda rates: rates["candidate_at_fault_rate"],
         describe=lambda s: (
-            f"first release: slice {s['slice']} collision rate "
-            f"{s['candidate_collision_rate']:.3f} exceeds the limit {float(slice_cap):.3f}"
+            f"first release: slice {s['slice']} at-fault collision rate "
+            f"{s['candidate_at_fault_rate']:.3f} exceeds the limit {float(slice_cap):.3f}"
         ),
     )
 
@@ -281,7 +402,7 @@ def _judge_slices(
     for name in sorted({c.slice for c in comparisons}):
         rates = _rates([c for c in comparisons if c.slice == name])
         gated = limit is not None and rates["scenarios"] >= min_scenarios
-        passed = not gated or measure(rates) <= float(limit) + 1e-12
+        passed = not gated or measure(rates) <= float(limit) + _EPS
         slices.append({"slice": name, **rates, "gated": gated, "passed": passed, "budget": limit})
     failures = [*failures, *(describe(s) for s in slices if not s["passed"])]
     return GateResult(
@@ -293,21 +414,42 @@ def _judge_slices(
     )
 
 
-def _collision_rate_increase(rates: Mapping[str, Any]) -> float:
-    """How much more often the candidate collides than production (negative: less often)."""
-    return rates["candidate_collision_rate"] - rates["production_collision_rate"]
+def _at_fault_rate_increase(rates: Mapping[str, Any]) -> float:
+    """How much more often the candidate causes a collision than production (per episode)."""
+    return rates["candidate_at_fault_rate"] - rates["production_at_fault_rate"]
 
 
 def _rates(comparisons: Sequence[ScenarioComparison]) -> dict[str, Any]:
+    """Counts and rates per role: ``<role>_at_fault`` / ``<role>_collisions`` are episodes
+    (scenario × seed) ending in an at-fault / any collision, ``<role>_passed`` scenarios
+    passed, ``<role>_at_fault_rate`` the at-fault share of episodes. A role not driven on
+    every scenario (oracle / model zero in an old report) reports ``None``."""
     n = len(comparisons)
-    candidate = sum(bool(c.candidate["collision"]) for c in comparisons)
-    production = sum(bool(c.production["collision"]) for c in comparisons)
-    return {
-        "scenarios": n,
-        "candidate_collisions": candidate,
-        "production_collisions": production,
-        "candidate_collision_rate": round(candidate / n, 6) if n else 0.0,
-        "production_collision_rate": round(production / n, 6) if n else 0.0,
-        "candidate_passed": sum(c.candidate_verdict.passed for c in comparisons),
-        "production_passed": sum(c.production_verdict.passed for c in comparisons),
-    }
+    rates: dict[str, Any] = {"scenarios": n}
+    for role in ROLES:
+        results = [c.result(role) for c in comparisons]
+        if any(r is None for r in results):
+            for key in ("episodes", "at_fault", "collisions", "passed", "at_fault_scenarios"):
+                rates[f"{role}_{key}"] = None
+            rates[f"{role}_at_fault_rate"] = rates[f"{role}_collision_rate"] = None
+            rates[f"{role}_mean_pass_rate"] = None
+            continue
+        results = [r for r in results if r is not None]  # (typing: none missing here)
+        episodes = sum(r.episodes for r in results)
+        at_fault_count = sum(r.at_fault for r in results)
+        collisions = sum(r.collisions for r in results)
+        rates[f"{role}_episodes"] = episodes
+        rates[f"{role}_at_fault"] = at_fault_count
+        rates[f"{role}_collisions"] = collisions
+        rates[f"{role}_at_fault_scenarios"] = sum(r.at_fault > 0 for r in results)
+        rates[f"{role}_at_fault_rate"] = round(at_fault_count / episodes, 6) if episodes else 0.0
+        rates[f"{role}_collision_rate"] = round(collisions / episodes, 6) if episodes else 0.0
+        rates[f"{role}_passed"] = sum(r.passed for r in results)
+        rates[f"{role}_mean_pass_rate"] = (
+            round(sum(r.pass_rate for r in results) / n, 6) if n else 0.0
+        )
+    rates["episodes"] = rates[f"{ROLE_CANDIDATE}_episodes"] or 0
+    rates["seeds_per_scenario"] = max(
+        (c.candidate_verdict.episodes for c in comparisons), default=0
+    )
+    return rates

@@ -1,11 +1,15 @@
 """Regression simulation as plain functions: simulate one shard, aggregate shards into a report.
 
-:func:`run_shard` runs the candidate's ship engine and the production engine on every scenario
-of one shard (cached per-engine outcomes reused) and returns the shard's record plus the new
-cache objects; :func:`aggregate_shards` refuses shards that were simulated for different
-candidates, engines, library versions or simulator settings, and :func:`build_report` turns the
-gate's verdict into the report certification reads (top-level ``passed`` and
-``model_version``, one row per scenario with the metrics the gate used).
+:func:`run_shard` drives four planners — the candidate's ship engine, the production engine, the
+oracle (ground-truth perception) and model zero — on every scenario of one shard, each over the
+configured seeds, and returns the shard's record plus the new cache objects. A planner is
+simulated once per (engine identity, scenario, seed): identical engines (production == model zero
+before the first release, candidate == production in an A/A run) share their episodes, and
+outcomes already in the per-engine cache are reused. :func:`aggregate_shards` refuses shards
+that were simulated for different candidates, engines, library versions, seed counts or
+simulator settings, and :func:`build_report` turns the gate's verdict into the report
+certification reads (top-level ``passed`` and ``model_version``, the four planners' at-fault
+counts, one row per scenario with every seed's metrics the gate used).
 """
 
 from __future__ import annotations
@@ -19,27 +23,42 @@ from aiinfra_pipelines.fleet.settings import FleetConfig
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
-from .candidate import load_candidate, load_production
-from .gate import GateResult, ScenarioComparison
+from .candidate import load_candidate, load_model_zero, load_production
+from .gate import GateResult, ScenarioComparison, ScenarioResult
 from .library import LIBRARY_KEY, scenarios_of_shard
 from .results import cached_metrics, outcome_record, result_key, shard_result_key
-from .runner import ROLE_CANDIDATE, ROLE_PRODUCTION, EngineSource, SimulationJob, simulate
-from .scenarios import Scenario
-from .settings import shard_count, simulation_config, simulator_fingerprint
+from .runner import (
+    ROLE_CANDIDATE,
+    ROLE_MODEL_ZERO,
+    ROLE_ORACLE,
+    ROLE_PRODUCTION,
+    ROLES,
+    EngineSource,
+    SimulationJob,
+    engine_identity,
+    simulate,
+)
+from .scenarios import Scenario, scenario_seeds
+from .settings import seeds_per_scenario, shard_count, simulation_config, simulator_fingerprint
 
-REPORT_FORMAT = 1
+REPORT_FORMAT = 2
 # The shard fields that must agree before shards may be aggregated into one report.
 SHARD_IDENTITY = (
     "model_version",
     "candidate_engine_sha256",
     "production_version",
     "production_engine_sha256",
+    "model_zero_version",
+    "model_zero_engine_sha256",
     "library_version",
     "simulator_fingerprint",
+    "seeds_per_scenario",
 )
-# Metrics the report keeps per engine and scenario (the gate needs the first six).
+# Metrics the report keeps per engine, scenario and seed (the gate needs the first nine).
 REPORT_METRICS = (
+    "seed",
     "collision",
+    "at_fault_collision",
     "collision_step",
     "min_ttc_s",
     "hard_brakes",
@@ -53,6 +72,8 @@ REPORT_METRICS = (
     "mean_confidence",
     "min_confidence",
     "steps",
+    "collision_type",
+    "collision_fault",
 )
 
 
@@ -97,48 +118,66 @@ def run_shard(
     workers: int | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> ShardRun:
-    """Simulate the candidate and production on every scenario of ``shard_key`` (one of
-    ``shards`` shards, default simulation.yaml's count)."""
+    """Simulate candidate, production, oracle and model zero on every scenario of ``shard_key``
+    (one of ``shards`` shards, default simulation.yaml's count), each over its seeds."""
     cfg = simulation_config(config)
     shards = shards or shard_count(cfg)
     library = read_library(lake)
     candidate = load_candidate(lake, model_version)
     production = load_production(lake)
+    model_zero = load_model_zero()
     scenarios = scenarios_of_shard(library, shard_key, shards)
     fingerprint = simulator_fingerprint(cfg, fleet)
-    engines = {ROLE_CANDIDATE: candidate.engine, ROLE_PRODUCTION: production}
+    seeds = seeds_per_scenario(cfg)
+    engines: dict[str, EngineSource | None] = {
+        ROLE_CANDIDATE: candidate.engine,
+        ROLE_PRODUCTION: production,
+        ROLE_ORACLE: None,
+        ROLE_MODEL_ZERO: model_zero,
+    }
+    identities = {role: engine_identity(source) for role, source in engines.items()}
 
-    metrics: dict[tuple[str, str], dict[str, Any]] = {}  # (engine sha, scenario id) -> metrics
-    cached: set[tuple[str, str]] = set()
+    # (engine identity, scenario id, seed) -> metrics; each key simulated or read at most once
+    metrics: dict[tuple[str, str, int], dict[str, Any]] = {}
+    cached: set[tuple[str, str, int]] = set()
     jobs: list[SimulationJob] = []
-    job_keys: list[tuple[str, str]] = []
+    job_keys: list[tuple[str, str, int]] = []
+    pending: set[tuple[str, str, int]] = set()
     for scenario in scenarios:
-        for role, source in engines.items():
-            key = (source.sha256, scenario.id)
-            if key in metrics or key in job_keys:
-                continue  # candidate == production: simulate once
-            hit = cached_metrics(lake, MAIN_BRANCH, source.sha256, scenario, fingerprint)
-            if hit is not None:
-                metrics[key] = hit
-                cached.add(key)
-            else:
-                jobs.append(SimulationJob(role, scenario.to_dict()))
-                job_keys.append(key)
+        for seed in scenario_seeds(scenario, seeds):
+            for role in ROLES:
+                identity = identities[role]
+                key = (identity, scenario.id, seed)
+                if key in metrics or key in pending:
+                    continue  # the same engine in two roles: simulate once
+                hit = cached_metrics(lake, MAIN_BRANCH, identity, scenario, seed, fingerprint)
+                if hit is not None:
+                    metrics[key] = hit
+                    cached.add(key)
+                else:
+                    jobs.append(SimulationJob(role, scenario.to_dict(), seed))
+                    job_keys.append(key)
+                    pending.add(key)
     if on_progress is not None:
         on_progress(
-            f"{shard_key}: {len(scenarios)} scenario(s), {len(jobs)} run(s) to simulate, "
-            f"{len(cached)} reused from the cache"
+            f"{shard_key}: {len(scenarios)} scenario(s) x {seeds} seed(s), "
+            f"{len(set(identities.values()))} distinct planner(s); {len(jobs)} episode(s) to "
+            f"simulate, {len(cached)} reused from the cache"
         )
     results = simulate(jobs, engines, workers=workers, sim_config=cfg, fleet=fleet)
     by_id = {scenario.id: scenario for scenario in scenarios}
     cache_objects = {}
-    for (sha, scenario_id), job, result in zip(job_keys, jobs, results, strict=True):
-        metrics[(sha, scenario_id)] = result
+    for (identity, scenario_id, seed), job, result in zip(job_keys, jobs, results, strict=True):
+        metrics[(identity, scenario_id, seed)] = result
         scenario = by_id[scenario_id]
         source = engines[job.role]
-        record = outcome_record(source.name, sha, scenario, fingerprint, result)
-        cache_objects[result_key(sha, scenario)] = _json(record)
-    rows = [_shard_row(scenario, engines, metrics, cached) for scenario in scenarios]
+        name = "ground truth" if source is None else source.name
+        record = outcome_record(name, identity, scenario, seed, fingerprint, result)
+        cache_objects[result_key(identity, scenario, seed)] = _json(record)
+    rows = [
+        _shard_row(scenario, scenario_seeds(scenario, seeds), identities, metrics, cached)
+        for scenario in scenarios
+    ]
     record = {
         "format": REPORT_FORMAT,
         "shard": shard_key,
@@ -147,9 +186,12 @@ def run_shard(
         "candidate_engine_sha256": candidate.engine.sha256,
         "production_version": production.name,
         "production_engine_sha256": production.sha256,
+        "model_zero_version": model_zero.name,
+        "model_zero_engine_sha256": model_zero.sha256,
         "library_version": int(library["library_version"]),
         "library_scenarios": len(library["scenarios"]),
         "simulator_fingerprint": fingerprint,
+        "seeds_per_scenario": seeds,
         "simulated_runs": len(jobs),
         "reused_runs": len(cached),
         "scenarios": rows,
@@ -159,22 +201,26 @@ def run_shard(
 
 def _shard_row(
     scenario: Scenario,
-    engines: Mapping[str, EngineSource],
-    metrics: Mapping[tuple[str, str], dict[str, Any]],
-    cached: set[tuple[str, str]],
+    seeds: Sequence[int],
+    identities: Mapping[str, str],
+    metrics: Mapping[tuple[str, str, int], dict[str, Any]],
+    cached: set[tuple[str, str, int]],
 ) -> dict[str, Any]:
+    """One scenario: per role its episodes (one per seed, in seed order); ``cached`` says per
+    role whether every episode came from the cache."""
     row: dict[str, Any] = {
         "scenario_id": scenario.id,
         "scenario_version": scenario.version,
         "slice": scenario.slice,
         "kind": scenario.kind,
         "road_type": scenario.road_type,
+        "seeds": list(seeds),
         "cached": {},
     }
-    for role, source in engines.items():
-        key = (source.sha256, scenario.id)
-        row[role] = metrics[key]
-        row["cached"][role] = key in cached
+    for role, identity in identities.items():
+        keys = [(identity, scenario.id, seed) for seed in seeds]
+        row[role] = [metrics[key] for key in keys]
+        row["cached"][role] = all(key in cached for key in keys)
     return row
 
 
@@ -248,7 +294,7 @@ def aggregate_shards(
 
 
 # ---------------------------------------------------------------------------------- report
-def _summary(metrics: Mapping[str, Any], verdict_failures: Sequence[str], passed: bool) -> dict:
+def _episode_summary(metrics: Mapping[str, Any]) -> dict[str, Any]:
     timings = {}
     for name in ("planner_ms", "perception_ms", "simulator_ms"):
         values = sorted(metrics.get(name) or [])
@@ -258,34 +304,81 @@ def _summary(metrics: Mapping[str, Any], verdict_failures: Sequence[str], passed
             timings[f"{stem}_p95_ms"] = round(
                 values[min(len(values) - 1, int(0.95 * len(values)))], 4
             )
+    return {**{name: metrics.get(name) for name in REPORT_METRICS}, **timings}
+
+
+def _summary(episodes: Sequence[Mapping[str, Any]], result: ScenarioResult) -> dict[str, Any]:
+    """One engine on one scenario: its verdict over the seeds, then every episode."""
+    summaries = [_episode_summary(e) for e in episodes]
+
+    def mean(name: str) -> float | None:
+        values = [s[name] for s in summaries if s.get(name) is not None]
+        return round(sum(values) / len(values), 4) if values else None
+
     return {
-        "passed": passed,
-        "failures": list(verdict_failures),
-        **{name: metrics.get(name) for name in REPORT_METRICS},
-        **timings,
+        "passed": result.passed,
+        "pass_rate": result.pass_rate,
+        "failures": list(result.failures),
+        "at_fault_collisions": result.at_fault,
+        "collisions": result.collisions,
+        "mean_progress_m": mean("progress_m"),
+        "min_ttc_s": min(
+            (s["min_ttc_s"] for s in summaries if s.get("min_ttc_s") is not None), default=None
+        ),
+        "planner_p95_ms": mean("planner_p95_ms"),
+        "perception_p95_ms": mean("perception_p95_ms"),
+        "fallback_activations": sum(int(s.get("fallback_activations") or 0) for s in summaries),
+        "episodes": [
+            {**summary, "passed": verdict.passed, "failures": list(verdict.failures)}
+            for summary, verdict in zip(summaries, result.verdicts, strict=True)
+        ],
     }
 
 
 def comparison_rows(comparisons: Sequence[ScenarioComparison], rows: Sequence[Mapping]) -> list:
     cached = {row["scenario_id"]: row.get("cached", {}) for row in rows}
-    return [
-        {
+    table = []
+    for c in comparisons:
+        entry: dict[str, Any] = {
             "scenario_id": c.scenario_id,
             "slice": c.slice,
             "kind": c.kind,
             "road_type": c.road_type,
             "status": c.status,
             "first_fixed_by": c.first_fixed_by,
-            "candidate": _summary(
-                c.candidate, c.candidate_verdict.failures, c.candidate_verdict.passed
-            ),
-            "production": _summary(
-                c.production, c.production_verdict.failures, c.production_verdict.passed
-            ),
-            "cached": cached.get(c.scenario_id, {}),
         }
-        for c in comparisons
-    ]
+        for role in ROLES:
+            result = c.result(role)
+            entry[role] = None if result is None else _summary(getattr(c, role), result)
+        entry["cached"] = cached.get(c.scenario_id, {})
+        table.append(entry)
+    return table
+
+
+# The figures a reader (and the demo summary) looks for first: at-fault counts per planner.
+HEADLINE_KEYS = (
+    "scenarios",
+    "seeds_per_scenario",
+    "episodes",
+    "candidate_at_fault",
+    "production_at_fault",
+    "oracle_at_fault",
+    "model_zero_at_fault",
+    "candidate_collisions",
+    "production_collisions",
+    "oracle_collisions",
+    "model_zero_collisions",
+    "candidate_passed",
+    "production_passed",
+    "oracle_passed",
+    "model_zero_passed",
+)
+
+
+def headline(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The report's headline figures (``HEADLINE_KEYS``: ``scenarios`` is a count here)."""
+    aggregate = report["aggregate"]
+    return {key: aggregate.get(key) for key in HEADLINE_KEYS}
 
 
 def build_report(
@@ -296,6 +389,8 @@ def build_report(
     shards: int,
     gates_version: str,
 ) -> dict[str, Any]:
+    """The report certification reads: top-level ``passed`` / ``model_version``, the headline
+    at-fault counts of all four planners, aggregate and slice rates, one row per scenario."""
     return {
         "format": REPORT_FORMAT,
         "gate": "regression_simulation",
@@ -310,10 +405,17 @@ def build_report(
             "model_version": identity["production_version"],
             "engine_sha256": identity["production_engine_sha256"],
         },
+        "model_zero": {
+            "model_version": identity.get("model_zero_version"),
+            "engine_sha256": identity["model_zero_engine_sha256"],
+        },
+        "oracle": {"perception": "ground truth"},
         "library_version": identity["library_version"],
         "simulator_fingerprint": identity["simulator_fingerprint"],
+        "seeds_per_scenario": identity["seeds_per_scenario"],
         "shards": shards,
         "gates_version": gates_version,
+        "summary": {key: gate.aggregate.get(key) for key in HEADLINE_KEYS},
         "aggregate": gate.aggregate,
         "slices": gate.slices,
         "scenarios": comparison_rows(gate.comparisons, rows),
@@ -321,15 +423,15 @@ def build_report(
 
 
 def report_outcomes(report: Mapping[str, Any]) -> tuple[list[dict], dict[str, dict]]:
-    """(outcome rows, records) reconstructed from a stored report, to re-run the gate on it."""
+    """(outcome rows, records) reconstructed from a stored report, to re-run the gate on it:
+    every role's per-seed episodes as the report kept them."""
     outcomes = [
         {
             "scenario_id": row["scenario_id"],
             "slice": row["slice"],
             "kind": row["kind"],
             "road_type": row["road_type"],
-            "candidate": row["candidate"],
-            "production": row["production"],
+            **{role: (row.get(role) or {}).get("episodes") for role in ROLES},
         }
         for row in report["scenarios"]
     ]
@@ -354,35 +456,48 @@ TABLE_COLUMNS = (
     ("slice", "slice"),
     ("status", "status"),
 )
+# Per engine and scenario, over its seeds.
 ENGINE_COLUMNS = (
-    ("pass", "passed"),
-    ("collision", "collision"),
+    ("pass rate", "pass_rate"),
+    ("at-fault", "at_fault_collisions"),
+    ("collisions", "collisions"),
+    ("progress m", "mean_progress_m"),
     ("min TTC s", "min_ttc_s"),
-    ("progress m", "progress_m"),
-    ("hard brakes", "hard_brakes"),
-    ("max jerk m/s³", "max_abs_jerk_mps3"),
     ("fallbacks", "fallback_activations"),
     ("planner p95 ms", "planner_p95_ms"),
     ("engine p95 ms", "perception_p95_ms"),
 )
+ROLE_TITLES = {
+    ROLE_CANDIDATE: "cand.",
+    ROLE_PRODUCTION: "prod.",
+    ROLE_ORACLE: "oracle",
+    ROLE_MODEL_ZERO: "model 0",
+}
 
 
 def report_table_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Flat rows (one per scenario) for a metadata table: candidate columns, then production's
-    pass / collision / progress."""
+    """Flat rows (one per scenario) for a metadata table: the candidate's columns, production's
+    pass rate / at-fault / collisions / progress, and the oracle's and model zero's pass rate
+    and at-fault count."""
     table = []
     for row in report["scenarios"]:
         flat: dict[str, Any] = {title: row[key] for title, key in TABLE_COLUMNS}
-        for title, key in ENGINE_COLUMNS:
-            flat[f"cand. {title}"] = row["candidate"].get(key)
-        for title, key in ENGINE_COLUMNS[:4]:
-            flat[f"prod. {title}"] = row["production"].get(key)
+        for role, columns in (
+            (ROLE_CANDIDATE, ENGINE_COLUMNS),
+            (ROLE_PRODUCTION, ENGINE_COLUMNS[:4]),
+            (ROLE_ORACLE, ENGINE_COLUMNS[:2]),
+            (ROLE_MODEL_ZERO, ENGINE_COLUMNS[:2]),
+        ):
+            summary = row.get(role) or {}
+            for title, key in columns:
+                flat[f"{ROLE_TITLES[role]} {title}"] = summary.get(key)
         table.append(flat)
     return table
 
 
 def report_markdown(report: Mapping[str, Any]) -> str:
-    """The report as Markdown: verdict, failures, aggregate and slice rates, scenario table."""
+    """The report as Markdown: verdict, failures, at-fault counts of all four planners, slice
+    rates, scenario table."""
     aggregate = report["aggregate"]
     lines = [
         f"## Regression simulation — model version {report['model_version']}: "
@@ -391,22 +506,45 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         f"candidate engine `{str(report['candidate']['engine_sha256'])[:12]}` vs production "
         f"{report['production']['model_version']} "
         f"(`{str(report['production']['engine_sha256'])[:12]}`), library version "
-        f"{report['library_version']}, {aggregate['scenarios']} scenarios in "
-        f"{report['shards']} shard(s).",
+        f"{report['library_version']}, {aggregate['scenarios']} scenarios x "
+        f"{aggregate['seeds_per_scenario']} seeds = {aggregate['episodes']} episodes per "
+        f"planner, {report['shards']} shard(s).",
         "",
-        f"collision rate: candidate {aggregate['candidate_collision_rate']:.3f}, production "
-        f"{aggregate['production_collision_rate']:.3f} (budget +"
-        f"{aggregate['collision_rate_budget']:.3f}); scenarios passed: candidate "
-        f"{aggregate['candidate_passed']}, production {aggregate['production_passed']}.",
+        "| planner | at-fault collisions | all collisions | scenarios passed | mean pass rate |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for role in ROLES:
+        lines.append(
+            f"| {role} | {_fmt(aggregate.get(f'{role}_at_fault'))} | "
+            f"{_fmt(aggregate.get(f'{role}_collisions'))} | "
+            f"{_fmt(aggregate.get(f'{role}_passed'))} | "
+            f"{_fmt(aggregate.get(f'{role}_mean_pass_rate'), 2)} |"
+        )
+    lines += [
+        "",
+        f"at-fault collision rate per episode: candidate "
+        f"{aggregate['candidate_at_fault_rate']:.3f}, production "
+        f"{aggregate['production_at_fault_rate']:.3f} ("
+        + (
+            f"first release: absolute limit {aggregate['at_fault_rate_budget']:.3f}"
+            if aggregate.get("first_release")
+            else f"budget +{aggregate['at_fault_rate_budget']:.3f}"
+        )
+        + ").",
     ]
     if report["failures"]:
         lines += ["", "### Gate failures", *(f"- {failure}" for failure in report["failures"])]
-    lines += ["", "### Slices", "", "| slice | scenarios | cand. collisions | prod. collisions |"]
-    lines += ["| --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "### Slices",
+        "",
+        "| slice | scenarios | cand. at-fault | prod. at-fault | oracle at-fault |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for s in report["slices"]:
         lines.append(
-            f"| {s['slice']} | {s['scenarios']} | {s['candidate_collisions']} | "
-            f"{s['production_collisions']} |"
+            f"| {s['slice']} | {s['scenarios']} | {s['candidate_at_fault']} | "
+            f"{s['production_at_fault']} | {_fmt(s.get('oracle_at_fault'))} |"
         )
     rows = report_table_rows(report)
     if rows:
@@ -414,5 +552,5 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         lines += ["", "### Scenarios", "", "| " + " | ".join(headers) + " |"]
         lines.append("| " + " | ".join("---" for _ in headers) + " |")
         for row in rows:
-            lines.append("| " + " | ".join(_fmt(row[h]) for h in headers) + " |")
+            lines.append("| " + " | ".join(_fmt(row[h], 2) for h in headers) + " |")
     return "\n".join(lines) + "\n"

@@ -1,8 +1,10 @@
 """Where regression outcomes live in the lake, and the per-engine outcome cache.
 
-``simulation/results/<engine sha256>/<scenario id>/<scenario version>.json`` holds one engine's
-outcome on one scenario definition. Production rarely changes, so its outcomes are reused cycle
-after cycle instead of being re-simulated; a record is valid only under the simulator
+``simulation/results/<engine>/<scenario id>/<scenario version>/seed-<seed>.json`` holds one
+engine's outcome on one scenario definition run with one seed; ``<engine>`` is the ONNX sha256,
+or ``ground-truth`` for the oracle. Production, the oracle and model zero rarely change, so their
+outcomes are reused cycle after cycle instead of being re-simulated (and a candidate's outcomes
+serve again once it is released); a record is valid only under the simulator
 fingerprint it was made with (simulator version, fleet and metric configuration), so a changed
 planner or physics setting recomputes instead of serving stale results.
 
@@ -23,8 +25,8 @@ RESULTS_PREFIX = "simulation/results/"
 SHARDS_PREFIX = "simulation/regression/shards/"
 
 
-def result_key(engine_sha256: str, scenario: Scenario) -> str:
-    return f"{RESULTS_PREFIX}{engine_sha256}/{scenario.id}/{scenario.version}.json"
+def result_key(engine: str, scenario: Scenario, seed: int) -> str:
+    return f"{RESULTS_PREFIX}{engine}/{scenario.id}/{scenario.version}/seed-{int(seed)}.json"
 
 
 def shard_result_key(shard_key: str) -> str:
@@ -32,23 +34,29 @@ def shard_result_key(shard_key: str) -> str:
 
 
 def outcome_record(
-    engine_name: str, engine_sha256: str, scenario: Scenario, fingerprint: str, metrics: dict
+    engine_name: str,
+    engine: str,
+    scenario: Scenario,
+    seed: int,
+    fingerprint: str,
+    metrics: dict,
 ) -> dict[str, Any]:
     return {
         "engine_name": engine_name,
-        "engine_sha256": engine_sha256,
+        "engine": engine,
         "scenario_id": scenario.id,
         "scenario_version": scenario.version,
+        "seed": int(seed),
         "simulator_fingerprint": fingerprint,
         "metrics": metrics,
     }
 
 
 def cached_metrics(
-    lake: VersionedLake, ref: str, engine_sha256: str, scenario: Scenario, fingerprint: str
+    lake: VersionedLake, ref: str, engine: str, scenario: Scenario, seed: int, fingerprint: str
 ) -> dict[str, Any] | None:
-    """The recorded metrics of this engine on this scenario version, if still valid."""
-    key = result_key(engine_sha256, scenario)
+    """The recorded metrics of this engine on this scenario version and seed, if still valid."""
+    key = result_key(engine, scenario, seed)
     if not lake.object_exists(ref, key):
         return None
     record = lake.get_json(ref, key)

@@ -1,11 +1,15 @@
 """Simulating many scenarios with several engines in parallel worker processes on one machine.
 
-Each job is (engine role, scenario). Workers are *spawned* (a clean interpreter: no inherited
+Each job is (engine role, scenario, seed). Workers are *spawned* (a clean interpreter: no inherited
 onnxruntime threads, highway-env class state or pygame surfaces), build their engines once from
 the ONNX bytes in their initializer — one onnxruntime thread each, the processes are the
 parallelism — and return plain metric dicts. Results come back in job order whatever the worker
-count, and every outcome is a deterministic function of (scenario, engine, configuration), so
-1 or N workers give identical results (timings aside).
+count, and every outcome is a deterministic function of (scenario, seed, engine, configuration),
+so 1 or N workers give identical results (timings aside). Every collision is classified at-fault
+or not (:mod:`.collisions`) where it happens, so each result carries its verdict.
+
+The roles: the candidate, production, the oracle (ground-truth perception — the ceiling any
+engine can reach with this planner) and model zero (the bootstrap engine — the floor).
 """
 
 from __future__ import annotations
@@ -21,11 +25,17 @@ from aiinfra_pipelines.fleet.closed_loop import run_episode
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
 from aiinfra_pipelines.perception.contract import PerceptionSpec, perception_spec
 
+from .collisions import CollisionRules, fault_fields
+from .roles import (  # noqa: F401  (re-exported: the runner's callers name roles through it)
+    GROUND_TRUTH_IDENTITY,
+    ROLE_CANDIDATE,
+    ROLE_MODEL_ZERO,
+    ROLE_ORACLE,
+    ROLE_PRODUCTION,
+    ROLES,
+)
 from .scenarios import Scenario, episode_for
 from .settings import metrics_config, simulation_config
-
-ROLE_CANDIDATE = "candidate"
-ROLE_PRODUCTION = "production"
 
 
 @dataclass(frozen=True)
@@ -40,10 +50,16 @@ class EngineSource:
         return hashlib.sha256(self.onnx_bytes).hexdigest()
 
 
+def engine_identity(source: EngineSource | None) -> str:
+    """What makes two roles "the same planner": the engine's sha256, or ground truth."""
+    return GROUND_TRUTH_IDENTITY if source is None else source.sha256
+
+
 @dataclass(frozen=True)
 class SimulationJob:
     role: str
     scenario: dict[str, Any]  # Scenario.to_dict(): plain data pickles cheaply
+    seed: int | None = None  # None: the scenario's own seed
 
 
 _WORKER: dict[str, Any] = {}
@@ -76,15 +92,19 @@ def _run_job(job: SimulationJob) -> dict[str, Any]:
     if job.role not in engines:
         raise KeyError(f"no engine for role {job.role!r}; have {sorted(engines)}")
     scenario = Scenario.from_dict(job.scenario)
-    setup, episode_cfg, rng = episode_for(scenario, _WORKER["sim_config"], _WORKER["fleet"])
+    setup, episode_cfg, rng = episode_for(
+        scenario, _WORKER["sim_config"], _WORKER["fleet"], seed=job.seed
+    )
     metrics = run_episode(
         setup,
         rng,
         config=episode_cfg,
         engine=engines[job.role],
         metrics_config=metrics_config(_WORKER["sim_config"]),
-    )
-    return metrics.to_dict()
+    ).to_dict()
+    metrics["seed"] = int(setup.env_seed)
+    metrics.update(fault_fields(metrics, CollisionRules.from_config(_WORKER["sim_config"])))
+    return metrics
 
 
 def simulate(

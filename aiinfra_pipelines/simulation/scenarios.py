@@ -168,6 +168,15 @@ def derived_seed(*parts: str) -> int:
     return int(digest[:8], 16) % _SEED_SPACE
 
 
+def scenario_seeds(scenario: Scenario, count: int) -> list[int]:
+    """The ``count`` seeds a scenario runs with: its own seed first (so one seed reproduces the
+    single-episode runs), then seeds derived from its id and seed, stable everywhere."""
+    if count < 1:
+        raise ValueError(f"a scenario runs with at least one seed, got {count}")
+    derived = [derived_seed(scenario.id, str(scenario.seed), str(i)) for i in range(1, count)]
+    return [int(scenario.seed), *derived]
+
+
 # ------------------------------------------------------------------------------ parsing files
 def load_base_scenarios(
     directory: Path | None = None,
@@ -464,8 +473,10 @@ def episode_for(
     scenario: Scenario,
     config: dict[str, Any] | None = None,
     fleet: FleetConfig | None = None,
+    seed: int | None = None,
 ) -> tuple[EpisodeSetup, dict[str, Any], np.random.Generator]:
-    """(episode setup, the fleet config it runs under, the degradation rng) for ``scenario``.
+    """(episode setup, the fleet config it runs under, the degradation rng) for ``scenario``,
+    run with ``seed`` (default: the scenario's own; see :func:`scenario_seeds`).
 
     Traffic level, target speeds, duration and harsher degradations become overrides of the
     fleet configuration for this one episode; the deployed file is never modified.
@@ -487,13 +498,14 @@ def episode_for(
         },
     )
     rate_hz = float(episode_cfg["simulation"]["policy_frequency_hz"])
+    seed = scenario.seed if seed is None else int(seed)
     setup = EpisodeSetup(
         road_type=scenario.road_type,
         weather=scenario.weather,
         lighting=scenario.lighting,
-        env_seed=scenario.seed,
+        env_seed=seed,
         max_steps=round(scenario.duration_s * rate_hz),
         events=tuple(to_scripted(e) for e in scenario.events),
     )
-    rng = np.random.default_rng(np.random.SeedSequence([scenario.seed, _DEGRADATION_STREAM]))
+    rng = np.random.default_rng(np.random.SeedSequence([seed, _DEGRADATION_STREAM]))
     return setup, episode_cfg, rng

@@ -44,6 +44,14 @@ def shard_count(config: dict[str, Any] | None = None) -> int:
     return shards
 
 
+def seeds_per_scenario(config: dict[str, Any] | None = None) -> int:
+    """How many seeds every scenario runs with (``episode.seeds_per_scenario``)."""
+    seeds = int(simulation_config(config)["episode"]["seeds_per_scenario"])
+    if seeds < 1:
+        raise ValueError(f"simulation.yaml episode.seeds_per_scenario must be >= 1, got {seeds}")
+    return seeds
+
+
 def metrics_config(config: dict[str, Any] | None = None) -> MetricsConfig:
     section = simulation_config(config)["metrics"]
     return MetricsConfig(
@@ -64,6 +72,7 @@ def simulator_fingerprint(
     payload = {
         "simulator_version": cfg["simulator_version"],
         "metrics": cfg["metrics"],
+        "collisions": cfg["collisions"],
         "traffic": cfg["traffic"],
         "fleet": fleet_config(fleet),
     }

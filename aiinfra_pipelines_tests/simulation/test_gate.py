@@ -1,5 +1,6 @@
-"""The regression gate on hand-built outcomes: what passes a scenario, and when a candidate is
-refused (new failures, regressed fixes, collision budgets in total and per slice)."""
+"""The regression gate on hand-built outcomes: what passes an episode and a scenario (pass rate
+over seeds), and when a candidate is refused (new failures, pass-rate drops, regressed fixes,
+at-fault collision budgets in total and per slice)."""
 
 from __future__ import annotations
 
@@ -21,18 +22,29 @@ from aiinfra_pipelines.simulation.gate import (
 from .test_library import GATES
 
 
-def m(collision=False, ttc=None, brakes=0, progress=80.0, duration=4.0):
-    return {
+def m(collision=False, ttc=None, brakes=0, progress=80.0, duration=4.0, at_fault=None, seed=None):
+    """One episode's metrics; a collision is at fault unless ``at_fault=False`` says otherwise."""
+    metrics = {
         "collision": collision,
         "collision_step": 2 if collision else None,
         "min_ttc_s": ttc,
         "hard_brakes": brakes,
         "progress_m": progress,
         "duration_s": duration,
+        "seed": seed,
     }
+    if collision and at_fault is not None:
+        metrics["at_fault_collision"] = at_fault
+        metrics["collision_type"] = "active_front" if at_fault else "active_rear"
+    return metrics
 
 
-def row(scenario_id, candidate, production, slice_="day/clear/highway", road="highway"):
+def seeds(*episodes):
+    """Per-seed episodes of one engine on one scenario (seeds numbered from 0)."""
+    return [{**e, "seed": i} for i, e in enumerate(episodes)]
+
+
+def row(scenario_id, candidate, production, slice_="day/clear/highway", road="highway", **more):
     return {
         "scenario_id": scenario_id,
         "slice": slice_,
@@ -40,6 +52,7 @@ def row(scenario_id, candidate, production, slice_="day/clear/highway", road="hi
         "road_type": road,
         "candidate": candidate,
         "production": production,
+        **more,
     }
 
 
@@ -54,7 +67,7 @@ def test_scenario_criteria_and_overrides():
     criteria = GATES["scenario_pass"]
     assert scenario_verdict(m(), "highway", criteria).passed
     assert scenario_verdict(m(collision=True), "highway", criteria).failures == (
-        "collision at step 2",
+        "at-fault collision (unclassified) at step 2",
     )
     assert "min TTC 0.50 s < 0.75 s" in scenario_verdict(m(ttc=0.5), "highway", criteria).failures
     assert "5 hard brakes > 4" in scenario_verdict(m(brakes=5), "highway", criteria).failures
@@ -71,11 +84,26 @@ def test_scenario_criteria_and_overrides():
     ).passed
 
 
+def test_a_collision_ego_did_not_cause_is_no_failure():
+    criteria = GATES["scenario_pass"]
+    rear_ended = m(collision=True, at_fault=False)
+    assert scenario_verdict(rear_ended, "highway", criteria).passed
+    assert scenario_verdict(m(collision=True, at_fault=True), "highway", criteria).failures == (
+        "at-fault collision (active_front) at step 2",
+    )
+    # A gate that wants no collision at all can still say so.
+    strict = {**criteria, "no_collision": True}
+    assert not scenario_verdict(rear_ended, "highway", strict).passed
+
+
 def test_the_repository_gates_are_complete():
     section = gate_section()
     for road in ("highway", "merge", "roundabout", "intersection"):
         assert road in section["scenario_pass"]["min_progress_mps"]
     assert section["no_new_failures"] is True
+    assert section["scenario_pass"]["no_at_fault_collision"] is True
+    assert 0.0 < section["pass_rate"]["min_pass_rate"] <= 1.0
+    assert section["first_release"]["max_at_fault_rate"] is not None
 
 
 def test_candidate_failing_what_production_passes_is_refused():
@@ -83,8 +111,14 @@ def test_candidate_failing_what_production_passes_is_refused():
     assert not result.passed
     statuses = {c.scenario_id: c.status for c in result.comparisons}
     assert statuses == {"a": STATUS_NEW_FAILURE, "b": STATUS_PASS}
-    assert result.failures[0] == "new failure a: production passes, candidate: collision at step 2"
-    assert result.aggregate["candidate_collision_rate"] == 0.5
+    assert result.failures[0] == (
+        "new failure a: production passes (1/1 seeds pass), candidate 0/1 seeds pass: "
+        "seed None: at-fault collision (unclassified) at step 2"
+    )
+    assert result.aggregate["candidate_at_fault_rate"] == 0.5
+    assert (
+        result.aggregate["candidate_at_fault"] == 1 and result.aggregate["production_at_fault"] == 0
+    )
 
 
 def test_improvements_pass():
@@ -99,15 +133,95 @@ def test_improvements_pass():
     assert result.aggregate["candidate_passed"] == 3 and result.aggregate["production_passed"] == 1
 
 
-def test_failing_where_production_also_fails_is_tolerated_unless_it_collides_more():
+def test_failing_where_production_also_fails_is_tolerated_unless_it_causes_more_collisions():
     tolerated = evaluate_gate([row("a", m(progress=10.0), m(progress=12.0))], {}, GATES)
     assert tolerated.passed
     assert tolerated.comparisons[0].status == STATUS_STILL_FAILING
     worse = evaluate_gate([row("a", m(collision=True), m(progress=12.0))], {}, GATES)
     assert not worse.passed
     assert any(
-        f.startswith("collision rate 1.000 exceeds production's 0.000") for f in worse.failures
+        f.startswith("at-fault collision rate 1.000 exceeds production's 0.000")
+        for f in worse.failures
     )
+
+
+def test_collisions_production_did_not_cause_do_not_count_against_it_either():
+    """Rear-ended production and an at-fault candidate: the candidate collides more."""
+    rows = [row("a", m(collision=True, at_fault=True), m(collision=True, at_fault=False))]
+    result = evaluate_gate(rows, {}, GATES)
+    assert result.comparisons[0].status == STATUS_NEW_FAILURE
+    assert result.aggregate["candidate_collisions"] == result.aggregate["production_collisions"]
+    assert result.aggregate["production_at_fault"] == 0
+
+
+def test_a_scenario_verdict_is_its_pass_rate_over_seeds():
+    """One unlucky seed of three does not fail a scenario; two do."""
+    one_bad = seeds(m(), m(collision=True), m())
+    two_bad = seeds(m(collision=True), m(), m(collision=True))
+    clean = seeds(m(), m(), m())
+    result = evaluate_gate(
+        [row("a", one_bad, clean), row("b", clean, clean)],
+        {},
+        gates(budgets={"at_fault_rate": 0.2, "slice_at_fault_rate": 0.2}),
+    )
+    assert result.passed, result.failures
+    a = result.comparisons[0]
+    assert a.candidate_verdict.pass_rate == pytest.approx(2 / 3, abs=1e-6)
+    assert a.candidate_verdict.passed and a.status == STATUS_PASS
+    assert a.candidate_verdict.failures == ("seed 1: at-fault collision (unclassified) at step 2",)
+    assert result.aggregate["episodes"] == 6 and result.aggregate["seeds_per_scenario"] == 3
+    assert result.aggregate["candidate_at_fault"] == 1
+
+    refused = evaluate_gate([row("a", two_bad, clean)], {}, gates())
+    assert refused.comparisons[0].status == STATUS_NEW_FAILURE
+    assert refused.failures[0].startswith(
+        "new failure a: production passes (3/3 seeds pass), candidate 1/3 seeds pass"
+    )
+
+
+def test_the_pass_rate_may_not_drop_beyond_tolerance_even_where_production_fails():
+    production = seeds(m(), m(collision=True, at_fault=True), m(progress=1.0))  # 1/3: fails
+    candidate = seeds(m(progress=1.0), m(progress=1.0), m(progress=1.0))  # 0/3
+    tolerant = gates(pass_rate={"min_pass_rate": 0.66, "max_drop": 0.34})
+    assert evaluate_gate([row("a", candidate, production)], {}, tolerant).passed
+    strict = gates(pass_rate={"min_pass_rate": 0.66, "max_drop": 0.2})
+    result = evaluate_gate([row("a", candidate, production)], {}, strict)
+    assert result.failures == [
+        "pass rate drop a: candidate 0.00 < production 0.33 - tolerance 0.20: "
+        "seed 0: progress 0.2 m/s < 15.0 m/s; seed 1: progress 0.2 m/s < 15.0 m/s; "
+        "seed 2: progress 0.2 m/s < 15.0 m/s"
+    ]
+
+
+def test_the_same_outcomes_for_candidate_and_production_always_pass():
+    """An A/A comparison on hand-built outcomes, failures and collisions included."""
+    episodes = [
+        seeds(m(), m(collision=True), m()),
+        seeds(m(progress=1.0), m(progress=1.0), m(collision=True)),
+        seeds(m(collision=True, at_fault=False), m(), m(brakes=9)),
+    ]
+    rows = [
+        row(f"s{i}", e, copy.deepcopy(e), slice_=f"day/clear/{i}") for i, e in enumerate(episodes)
+    ]
+    result = evaluate_gate(rows, {}, gates(pass_rate={"min_pass_rate": 1.0, "max_drop": 0.0}))
+    assert result.passed, result.failures
+    assert result.aggregate["at_fault_rate_increase"] == 0.0
+
+
+def test_oracle_and_model_zero_are_reported_not_gated():
+    rows = [
+        row("a", m(), m(), oracle=m(), model_zero=m(collision=True)),
+        row("b", m(), m(), oracle=m(collision=True, at_fault=False), model_zero=m(progress=1.0)),
+    ]
+    result = evaluate_gate(rows, {}, GATES)
+    assert result.passed
+    aggregate = result.aggregate
+    assert aggregate["oracle_at_fault"] == 0 and aggregate["oracle_collisions"] == 1
+    assert aggregate["model_zero_at_fault"] == 1 and aggregate["model_zero_passed"] == 0
+    assert result.comparisons[0].result("model_zero").at_fault == 1
+    # Without them (an older report) the figures are absent, not zero.
+    plain = evaluate_gate([row("a", m(), m())], {}, GATES)
+    assert plain.aggregate["oracle_at_fault"] is None
 
 
 def test_slice_budget_catches_what_the_total_hides():
@@ -117,18 +231,18 @@ def test_slice_budget_catches_what_the_total_hides():
         row("d2", m(), m(), slice_="day/clear/highway"),
         row("d3", m(), m(), slice_="day/clear/highway"),
     ]
-    section = gates(budgets={"collision_rate": 0.5, "slice_collision_rate": 0.0})
+    section = gates(budgets={"at_fault_rate": 0.5, "slice_at_fault_rate": 0.0})
     result = evaluate_gate(rows, {}, section)
     assert not result.passed
     assert result.failures == [
-        "slice night/fog/highway: collision rate 1.000 exceeds production's 0.000 by 1.000 > "
-        "budget 0.000"
+        "slice night/fog/highway: at-fault collision rate 1.000 exceeds production's 0.000 by "
+        "1.000 > budget 0.000"
     ]
     # Slices with fewer scenarios than min_slice_scenarios are reported, not gated.
     lenient = evaluate_gate(rows, {}, {**section, "min_slice_scenarios": 2})
     assert lenient.passed
     night = next(s for s in lenient.slices if s["slice"] == "night/fog/highway")
-    assert night["gated"] is False and night["candidate_collisions"] == 1
+    assert night["gated"] is False and night["candidate_at_fault"] == 1
 
 
 def test_previously_fixed_scenario_must_keep_passing():
@@ -147,7 +261,7 @@ def test_nothing_simulated_proves_nothing():
 
 def test_first_release_is_held_to_absolute_limits_not_to_model_zero():
     """Model zero passes by never driving fast; before any release the gate ignores it."""
-    section = {**GATES, "first_release": {"max_collision_rate": 0.5}}
+    section = {**GATES, "first_release": {"max_at_fault_rate": 0.5}}
     rows = [row("a", m(collision=True), m()), row("b", m(), m()), row("c", m(), m())]
     compared = evaluate_gate(rows, {}, section)
     assert not compared.passed and any(f.startswith("new failure a") for f in compared.failures)
@@ -155,18 +269,26 @@ def test_first_release_is_held_to_absolute_limits_not_to_model_zero():
     first = evaluate_gate(rows, {}, section, first_release=True)
     assert first.passed, first.failures
     assert first.aggregate["first_release"] is True
-    assert first.aggregate["candidate_collision_rate"] == round(1 / 3, 6)
+    assert first.aggregate["candidate_at_fault_rate"] == round(1 / 3, 6)
 
-    strict = {**GATES, "first_release": {"max_collision_rate": 0.2}}
+    strict = {**GATES, "first_release": {"max_at_fault_rate": 0.2}}
     refused = evaluate_gate(rows, {}, strict, first_release=True)
     assert not refused.passed
     assert any("exceeds the absolute limit 0.200" in f for f in refused.failures)
 
 
+def test_first_release_counts_only_collisions_the_candidate_caused():
+    strict = {**GATES, "first_release": {"max_at_fault_rate": 0.0}}
+    rear_ended = [row("a", m(collision=True, at_fault=False), m())]
+    assert evaluate_gate(rear_ended, {}, strict, first_release=True).passed
+    at_fault = [row("a", m(collision=True, at_fault=True), m())]
+    assert not evaluate_gate(at_fault, {}, strict, first_release=True).passed
+
+
 def test_first_release_still_keeps_fixed_scenarios_fixed_and_needs_its_limits():
     rows = [row("a", m(collision=True), m(collision=True))]
     records = {"a": {"first_fixed_by": "3"}}
-    section = {**GATES, "first_release": {"max_collision_rate": 1.0}}
+    section = {**GATES, "first_release": {"max_at_fault_rate": 1.0}}
     result = evaluate_gate(rows, records, section, first_release=True)
     assert any(f.startswith("regressed fix a") for f in result.failures)
     without = {key: value for key, value in GATES.items() if key != "first_release"}

@@ -221,13 +221,14 @@ def test_a_refused_candidate_fixes_nothing():
 
 GATES = {
     "scenario_pass": {
-        "no_collision": True,
+        "no_at_fault_collision": True,
         "min_ttc_s": 0.75,
         "max_hard_brakes": 4,
         "min_progress_mps": {"highway": 15.0},
     },
+    "pass_rate": {"min_pass_rate": 0.66, "max_drop": 0.34},
     "no_new_failures": True,
     "previously_fixed_must_pass": True,
-    "budgets": {"collision_rate": 0.0, "slice_collision_rate": 0.0},
+    "budgets": {"at_fault_rate": 0.0, "slice_at_fault_rate": 0.0},
     "min_slice_scenarios": 1,
 }

@@ -181,22 +181,47 @@ def test_cycle_publishes_report_records_and_mlflow_artifact(cycle, sensor_cycle)
     assert {row["scenario_id"] for row in report["scenarios"]} == {
         entry["id"] for entry in library["scenarios"]
     }
+    seeds = report["seeds_per_scenario"]
+    assert seeds == 2  # the test resources' simulation.yaml
     for row in report["scenarios"]:
-        for engine in ("candidate", "production"):
-            metrics = row[engine]
-            for name in (
-                "collision",
-                "min_ttc_s",
-                "progress_m",
-                "hard_brakes",
-                "max_abs_jerk_mps3",
-                "fallback_activations",
-                "planner_p95_ms",
-                "perception_p95_ms",
-            ):
-                assert name in metrics
+        # Every planner, every seed: the two compared, the oracle (ceiling) and model zero (floor).
+        for engine in ("candidate", "production", "oracle", "model_zero"):
+            summary = row[engine]
+            assert 0.0 <= summary["pass_rate"] <= 1.0
+            assert summary["at_fault_collisions"] <= summary["collisions"] <= seeds
+            assert len(summary["episodes"]) == seeds
+            assert len({e["seed"] for e in summary["episodes"]}) == seeds
+            for metrics in summary["episodes"]:
+                for name in (
+                    "collision",
+                    "at_fault_collision",
+                    "collision_type",
+                    "min_ttc_s",
+                    "progress_m",
+                    "hard_brakes",
+                    "max_abs_jerk_mps3",
+                    "fallback_activations",
+                    "planner_p95_ms",
+                ):
+                    assert name in metrics
+        # Ground truth never falls back for lack of confidence.
+        assert row["oracle"]["fallback_activations"] == 0
     # Both engines are untrained networks: near-zero confidence, fallback from the first step.
     assert all(row["candidate"]["fallback_activations"] >= 1 for row in report["scenarios"])
+    # Production is model zero before the first release: the same episodes, simulated once.
+    for row in report["scenarios"]:
+        assert row["production"]["episodes"] == row["model_zero"]["episodes"]
+    shards = [lake.get_json(MAIN_BRANCH, shard_result_key(shard)) for shard in SHARDS]
+    episodes = sum(len(s["scenarios"]) for s in shards) * seeds
+    assert sum(s["simulated_runs"] + s["reused_runs"] for s in shards) == 3 * episodes
+    # The headline figures, in the report and in the asset's metadata.
+    summary = report["summary"]
+    assert summary["scenarios"] == len(report["scenarios"])
+    assert summary["episodes"] == len(report["scenarios"]) * seeds
+    for role in ("candidate", "production", "oracle", "model_zero"):
+        at_fault = sum(row[role]["at_fault_collisions"] for row in report["scenarios"])
+        assert summary[f"{role}_at_fault"] == at_fault
+    assert summary["production_at_fault"] == summary["model_zero_at_fault"]
     # Records: production's failures are recorded against production's version.
     failed = {e["id"]: e["first_failed_by"] for e in library["scenarios"]}
     for row in report["scenarios"]:
@@ -211,7 +236,16 @@ def test_cycle_publishes_report_records_and_mlflow_artifact(cycle, sensor_cycle)
     assert evaluation.metadata["report_verdict_matches"].value is True
     metadata = result.asset_materializations_for_node("regression_report")[0].metadata
     assert "Regression simulation" in metadata["report"].value
-    assert metadata["scenarios"].value.records
+    assert metadata["scenario_table"].value.records
+    for key in (
+        "candidate_at_fault",
+        "production_at_fault",
+        "oracle_at_fault",
+        "model_zero_at_fault",
+        "scenarios",
+        "seeds_per_scenario",
+    ):
+        assert metadata[key].value == summary[key], key
     with mlflow_tracking_uri(cycle["tracking_uri"]):
         listed = mlflow.MlflowClient().list_artifacts(run_id, "regression_simulation")
         stored = json.loads(
@@ -263,10 +297,12 @@ def test_reckless_candidate_is_refused_for_new_failures(cycle, sensor_cycle):
     for row in new_failures:
         assert library[row["scenario_id"]]["first_failed_by"] == "2"
     assert all(entry["first_fixed_by"] != "2" for entry in library.values())
-    # Production outcomes were reused from the cache, not simulated again.
+    # Production (model zero's bytes), oracle and model zero outcomes were reused from the
+    # cache, not simulated again: only the new candidate drove.
     shard = lake.get_json(MAIN_BRANCH, shard_result_key("shard-00"))
-    assert shard["reused_runs"] >= len(shard["scenarios"])
-    assert all(row["cached"]["production"] for row in shard["scenarios"])
+    assert shard["simulated_runs"] == len(shard["scenarios"]) * shard["seeds_per_scenario"]
+    for role in ("production", "oracle", "model_zero"):
+        assert all(row["cached"][role] for row in shard["scenarios"])
     assert lake.list_objects(MAIN_BRANCH, RESULTS_PREFIX)
 
 
@@ -306,3 +342,34 @@ def test_library_rebuild_never_drops_scenarios(cycle, test_resources):
     assert after["library_version"] == before["library_version"] + 1
     kept = {e["id"]: e["first_failed_by"] for e in before["scenarios"]}
     assert all(after_by_id[i]["first_failed_by"] == kept[i] for i in kept)
+
+
+def test_a_candidate_identical_to_production_is_certified_by_the_regression_report(cycle):
+    """A/A through the assets: production released, a candidate with the same engine bytes."""
+    lake = cycle["lake"]
+    engine = perception_net_onnx(seed=11)
+    key = "release/engines/v4.onnx"
+    publish_objects(
+        lake,
+        "test-release-4",
+        {
+            key: engine,
+            PRODUCTION_POINTER_KEY: json.dumps({"version": "4", "onnx_key": key}).encode(),
+        },
+        "release model version 4 (test stand-in for the release layer)",
+        {"kind": "release"},
+    )
+    _, result = run_cycle(cycle, "5", engine)
+    report = lake.get_json(MAIN_BRANCH, report_key("5"))
+    assert report["passed"] is True, report["failures"]
+    assert report["aggregate"].get("first_release") is None  # gated against production
+    summary = report["summary"]
+    assert summary["candidate_at_fault"] == summary["production_at_fault"]
+    for row in report["scenarios"]:
+        assert row["candidate"]["episodes"] == row["production"]["episodes"]
+    # One engine in two roles is simulated once: oracle and model zero come from the cache.
+    for shard in SHARDS:
+        record = lake.get_json(MAIN_BRANCH, shard_result_key(shard))
+        assert record["simulated_runs"] <= len(record["scenarios"]) * record["seeds_per_scenario"]
+    [evaluation] = result.get_asset_check_evaluations()
+    assert evaluation.passed is True

@@ -1,0 +1,190 @@
+"""Who was at fault: nuPlan's collision classification over one recorded collision.
+
+A collision counts against the planner only when ego caused it. The rules follow nuPlan's
+``no_ego_at_fault_collisions`` metric, which sorts every collision into one type:
+
+* ``stopped_ego`` — ego was (nearly) stationary: never at fault;
+* ``stopped_track`` — ego, moving, hit a (nearly) stationary vehicle: at fault;
+* ``active_front`` — ego's front ran into a moving vehicle (a slower lead, a car that cut in
+  and braked): at fault;
+* ``active_rear`` — a moving vehicle ran into ego's rear: not at fault in nuPlan. We add one
+  exception, the brake check: ego braked harder than the comfort deceleration limit in the
+  step before it was hit. A perception engine that sees a phantom obstacle and slams the
+  brakes causes the rear-end; braking within comfort limits never does. The exception is a
+  switch (``collisions.rear_end_after_harsh_brake_at_fault`` in simulation.yaml), off = pure
+  nuPlan;
+* ``active_lateral`` — the vehicles met side by side: ego is at fault when its footprint
+  straddled a lane boundary (ego was changing lanes into the other car), not when the other
+  car swerved into ego's lane;
+* ``unknown`` — the vehicle ego hit is not in the ground truth: at fault, since nothing
+  exonerates ego.
+
+Front / rear / lateral comes from where the other vehicle was, in ego's frame, the frame
+before impact: a contact is longitudinal when the other car's offset, measured in vehicle
+lengths along ego's heading, exceeds its offset in vehicle widths across it.
+
+Everything here is a pure function of the record ``fleet.closed_loop.collision_record`` writes
+and the thresholds in ``resources/simulation.yaml`` ``collisions:``; tests build collisions by
+hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from .settings import simulation_config
+
+
+class CollisionType(StrEnum):
+    STOPPED_EGO = "stopped_ego"
+    STOPPED_TRACK = "stopped_track"
+    ACTIVE_FRONT = "active_front"
+    ACTIVE_REAR = "active_rear"
+    ACTIVE_LATERAL = "active_lateral"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class CollisionRules:
+    """The thresholds of the classification (``simulation.yaml`` ``collisions:``)."""
+
+    stopped_speed_mps: float
+    comfort_decel_mps2: float
+    rear_end_after_harsh_brake_at_fault: bool
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None = None) -> CollisionRules:
+        section = simulation_config(None if config is None else dict(config))["collisions"]
+        decel = float(section["comfort_decel_mps2"])
+        if decel <= 0:
+            raise ValueError(
+                f"simulation.yaml collisions.comfort_decel_mps2 is a deceleration magnitude "
+                f"(> 0), got {decel}"
+            )
+        return cls(
+            stopped_speed_mps=float(section["stopped_speed_mps"]),
+            comfort_decel_mps2=decel,
+            rear_end_after_harsh_brake_at_fault=bool(
+                section["rear_end_after_harsh_brake_at_fault"]
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Partner:
+    """The other vehicle, the frame before impact, in ego's frame (x ahead, y left)."""
+
+    x_m: float
+    y_m: float
+    speed_mps: float
+
+
+@dataclass(frozen=True)
+class Collision:
+    """What the classification needs of one collision (the frame before impact)."""
+
+    ego_speed_mps: float
+    ego_accel_mps2: float  # longitudinal; negative = braking
+    ego_straddles_lanes: bool
+    ego_length_m: float
+    ego_width_m: float
+    partner: Partner | None
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Collision:
+        """From ``EpisodeMetrics.collision_detail`` (``fleet.closed_loop.collision_record``)."""
+        partner = record.get("partner")
+        length, width = record.get("ego_length_m"), record.get("ego_width_m")
+        if length is None or width is None:
+            raise ValueError(f"collision record without ego dimensions: {dict(record)}")
+        return cls(
+            ego_speed_mps=float(record["ego_speed_mps"]),
+            ego_accel_mps2=float(record["ego_accel_mps2"]),
+            ego_straddles_lanes=bool(record["ego_straddles_lanes"]),
+            ego_length_m=float(length),
+            ego_width_m=float(width),
+            partner=None
+            if partner is None
+            else Partner(
+                x_m=float(partner["x_m"]),
+                y_m=float(partner["y_m"]),
+                speed_mps=float(partner["speed_mps"]),
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class CollisionVerdict:
+    kind: CollisionType
+    at_fault: bool
+    reason: str
+
+
+def classify_collision(collision: Collision, rules: CollisionRules) -> CollisionVerdict:
+    """The collision's type and whether ego was at fault (see the module docstring)."""
+    partner = collision.partner
+    if partner is None:
+        return CollisionVerdict(
+            CollisionType.UNKNOWN, True, "the vehicle ego hit is not in the ground truth"
+        )
+    speed = collision.ego_speed_mps
+    if speed <= rules.stopped_speed_mps:
+        return CollisionVerdict(
+            CollisionType.STOPPED_EGO, False, f"ego stopped ({speed:.2f} m/s) when hit"
+        )
+    if partner.speed_mps <= rules.stopped_speed_mps:
+        return CollisionVerdict(
+            CollisionType.STOPPED_TRACK, True, f"ego at {speed:.1f} m/s hit a stopped vehicle"
+        )
+    longitudinal = abs(partner.x_m) / collision.ego_length_m >= (
+        abs(partner.y_m) / collision.ego_width_m
+    )
+    if longitudinal and partner.x_m > 0:
+        return CollisionVerdict(
+            CollisionType.ACTIVE_FRONT,
+            True,
+            f"ego at {speed:.1f} m/s ran into a vehicle at {partner.speed_mps:.1f} m/s ahead",
+        )
+    if longitudinal:
+        braking = -collision.ego_accel_mps2
+        harsh = braking > rules.comfort_decel_mps2
+        if harsh and rules.rear_end_after_harsh_brake_at_fault:
+            return CollisionVerdict(
+                CollisionType.ACTIVE_REAR,
+                True,
+                f"rear-ended after braking at {braking:.1f} m/s² > comfort "
+                f"{rules.comfort_decel_mps2:.2f} m/s²",
+            )
+        return CollisionVerdict(
+            CollisionType.ACTIVE_REAR,
+            False,
+            f"rear-ended while braking at {max(braking, 0.0):.1f} m/s²"
+            + (" (harsh, not counted)" if harsh else " (within comfort)"),
+        )
+    if collision.ego_straddles_lanes:
+        return CollisionVerdict(
+            CollisionType.ACTIVE_LATERAL, True, "ego changed lanes into the other vehicle"
+        )
+    return CollisionVerdict(
+        CollisionType.ACTIVE_LATERAL, False, "the other vehicle moved into ego's lane"
+    )
+
+
+def fault_fields(metrics: Mapping[str, Any], rules: CollisionRules) -> dict[str, Any]:
+    """``collision_type``, ``at_fault_collision`` and ``collision_fault`` (why) for one
+    episode's metrics; an episode without a collision is not at fault."""
+    if not metrics.get("collision"):
+        return {"collision_type": None, "at_fault_collision": False, "collision_fault": None}
+    detail = metrics.get("collision_detail")
+    if detail is None:  # a collision nothing was recorded about: ego is not exonerated
+        verdict = CollisionVerdict(CollisionType.UNKNOWN, True, "no collision record")
+    else:
+        verdict = classify_collision(Collision.from_record(detail), rules)
+    return {
+        "collision_type": str(verdict.kind),
+        "at_fault_collision": verdict.at_fault,
+        "collision_fault": verdict.reason,
+    }
