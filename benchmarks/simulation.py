@@ -19,16 +19,24 @@ ONNX) and production (model zero, the bootstrap network) — through
 4. a demo-sized cycle — the base library plus ``--extra`` regression-like scenarios (base
    scenarios under new ids and seeds, as many as a 4-vehicle demo mines logs), split into 2
    shards by ``shard_of`` and simulated by two concurrent processes (as two shard runs are),
-   each with 1 and with 2 workers: the wall time until both shards are done.
+   each with 1 and with 2 workers: the wall time until both shards are done;
+5. the cost of one regression report as ``regression_simulation`` runs it now: the demo-sized
+   library, every scenario over simulation.yaml's ``episode.seeds_per_scenario`` seeds, four
+   planners (candidate, production, oracle = ground truth, model zero) with one simulation per
+   distinct engine — before the first release production *is* model zero, so three — in two
+   concurrent shard processes with simulation.yaml's worker count, nothing cached: the wall
+   time of a cold report, and the at-fault / all collision counts per planner.
 
 Rounds are interleaved (``--repeats``); each figure is the median over rounds.
 
     .venv/bin/python benchmarks/simulation.py [--repeats 2] [--scenarios 0] [--extra 16]
+    .venv/bin/python benchmarks/simulation.py --report-only [--extra 16]   # section 5 only
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import statistics
@@ -49,20 +57,37 @@ from aiinfra_pipelines.perception.onnx_export import bootstrap_network, export_o
 from aiinfra_pipelines.simulation.library import shard_of
 from aiinfra_pipelines.simulation.runner import (
     ROLE_CANDIDATE,
+    ROLE_MODEL_ZERO,
+    ROLE_ORACLE,
     ROLE_PRODUCTION,
+    ROLES,
     EngineSource,
     SimulationJob,
+    engine_identity,
     simulate,
 )
-from aiinfra_pipelines.simulation.scenarios import Scenario, load_base_scenarios
+from aiinfra_pipelines.simulation.scenarios import (
+    Scenario,
+    load_base_scenarios,
+    scenario_seeds,
+)
+from aiinfra_pipelines.simulation.settings import seeds_per_scenario, simulation_config
 
 SHARDS = 2
 
 
 def demo_library(extra: int) -> list[Scenario]:
+    """The base library plus ``extra`` stand-ins for mined-log scenarios (base scenarios under
+    new ids and seeds, as long as simulation.yaml makes regression scenarios)."""
     base = load_base_scenarios()
+    duration = float(simulation_config()["regression_scenarios"]["duration_s"])
     copies = [
-        replace(base[i % len(base)], id=f"log-{i:03d}", seed=base[i % len(base)].seed + 1000 + i)
+        replace(
+            base[i % len(base)],
+            id=f"log-{i:03d}",
+            seed=base[i % len(base)].seed + 1000 + i,
+            duration_s=duration,
+        )
         for i in range(extra)
     ]
     return base + copies
@@ -98,6 +123,87 @@ def concurrent_shards(workers: int, extra: int) -> float:
         if process.wait() != 0:
             raise RuntimeError(f"shard process failed: {process.args}")
     return time.perf_counter() - start
+
+
+def report_shard_run(shard: int, extra: int) -> None:
+    """One shard of a cold regression report, as ``run_shard`` plans it: every scenario and
+    seed, the four roles, one simulation per distinct engine. Prints per-role counts as JSON."""
+    sources = engines()
+    roles: dict[str, EngineSource | None] = {
+        ROLE_CANDIDATE: sources[ROLE_CANDIDATE],
+        ROLE_PRODUCTION: sources[ROLE_PRODUCTION],  # model zero: nothing released yet
+        ROLE_ORACLE: None,
+        ROLE_MODEL_ZERO: sources[ROLE_PRODUCTION],
+    }
+    first_role = {}
+    for role in ROLES:
+        first_role.setdefault(engine_identity(roles[role]), role)
+    scenarios = [s for s in demo_library(extra) if shard_of(s.id, SHARDS) == shard]
+    jobs = [
+        SimulationJob(role, s.to_dict(), seed)
+        for s in scenarios
+        for seed in scenario_seeds(s, seeds_per_scenario())
+        for role in first_role.values()
+    ]
+    results = simulate(jobs, roles)
+    counts = {role: {"episodes": 0, "at_fault": 0, "collisions": 0, "steps": 0} for role in ROLES}
+    for job, result in zip(jobs, results, strict=True):
+        for role in ROLES:
+            if first_role[engine_identity(roles[role])] != job.role:
+                continue
+            counts[role]["episodes"] += 1
+            counts[role]["at_fault"] += int(result["at_fault_collision"])
+            counts[role]["collisions"] += int(result["collision"])
+            counts[role]["steps"] += int(result["steps"])
+    print(json.dumps({"simulated": len(jobs), "counts": counts}))
+
+
+def regression_report_cost(extra: int) -> tuple[float, dict]:
+    """Wall seconds of a cold regression report (both shards concurrently) and its counts."""
+    start = time.perf_counter()
+    processes = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--report-shard", str(shard), "--extra", str(extra)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for shard in range(SHARDS)
+    ]
+    outputs = [process.communicate()[0] for process in processes]
+    wall = time.perf_counter() - start
+    if any(process.returncode != 0 for process in processes):
+        raise RuntimeError("a report shard process failed")
+    total: dict = {"simulated": 0, "counts": {}}
+    for output in outputs:
+        part = json.loads(output.strip().splitlines()[-1])
+        total["simulated"] += part["simulated"]
+        for role, figures in part["counts"].items():
+            into = total["counts"].setdefault(role, dict.fromkeys(figures, 0))
+            for name, value in figures.items():
+                into[name] += value
+    return wall, total
+
+
+def print_report_cost(extra: int, repeats: int) -> None:
+    count = len(demo_library(extra))
+    seeds = seeds_per_scenario()
+    print(
+        f"\nregression report: {count} scenarios x {seeds} seeds x 4 planners "
+        f"(production = model zero: 3 simulated), {SHARDS} concurrent shard runs, cold cache"
+    )
+    walls = []
+    for _ in range(repeats):
+        wall, total = regression_report_cost(extra)
+        walls.append(wall)
+    print(
+        f"  wall per report: {statistics.median(walls):6.2f} s (median of {repeats}; "
+        f"{total['simulated']} episodes simulated)"
+    )
+    for role, figures in total["counts"].items():
+        print(
+            f"  {role:11s} at-fault {figures['at_fault']:3d}   all collisions "
+            f"{figures['collisions']:3d}   of {figures['episodes']} episodes"
+        )
 
 
 def engines() -> dict[str, EngineSource]:
@@ -145,9 +251,17 @@ def main() -> None:
     parser.add_argument("--extra", type=int, default=16, help="regression-like scenarios (4)")
     parser.add_argument("--shard-run", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--report-shard", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--report-only", action="store_true", help="section 5 only")
     args = parser.parse_args()
     if args.shard_run is not None:
         shard_run(args.shard_run, args.workers, args.extra)
+        return
+    if args.report_shard is not None:
+        report_shard_run(args.report_shard, args.extra)
+        return
+    if args.report_only:
+        print_report_cost(args.extra, args.repeats)
         return
 
     scenarios = load_base_scenarios()
@@ -219,6 +333,7 @@ def main() -> None:
             f"  {workers} worker(s) per shard: {statistics.median(walls_shards):6.2f} s "
             "until every shard is done"
         )
+    print_report_cost(args.extra, args.repeats)
 
 
 if __name__ == "__main__":
