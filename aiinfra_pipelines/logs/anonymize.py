@@ -270,12 +270,29 @@ def _log_leaks(log: DriveLog, raw_vins: set[str], coords: _CoordinateCheck) -> l
     return leaks
 
 
+def _binary_vin_hits(column: str, values: Iterable[bytes], raw_vins: set[str]) -> list[str]:
+    """VINs inside binary cells (pixels, blobs), searched as bytes, case-insensitively.
+
+    The same search as for text, without decoding every blob into a string first: a frames
+    table holds megabytes of pixels per log, and this audit runs on every ingested batch.
+    """
+    needles = {vin.strip().upper().encode() for vin in raw_vins if vin.strip()}
+    found = {needle for value in values for needle in needles if needle in value.upper()}
+    return [f"raw VIN found in column {column!r} ({len(found)} distinct)"] if found else []
+
+
 def _table_leaks(table: pd.DataFrame, raw_vins: set[str], coords: _CoordinateCheck) -> list[str]:
     texts = [(f"column name {c!r}", str(c)) for c in table.columns]
+    leaks = []
     for column in table.columns:
         if table[column].dtype == object or pd.api.types.is_string_dtype(table[column]):
-            texts += [(f"column {column!r}", str(v)) for v in table[column].dropna().unique()]
-    leaks = _vin_hits(texts, raw_vins)
+            values = table[column].dropna()
+            binary = [bytes(v) for v in values if isinstance(v, bytes | bytearray | memoryview)]
+            if binary:
+                leaks += _binary_vin_hits(column, binary, raw_vins)
+                values = values[[not isinstance(v, bytes | bytearray | memoryview) for v in values]]
+            texts += [(f"column {column!r}", str(v)) for v in values.unique()]
+    leaks = _vin_hits(texts, raw_vins) + leaks
     for column in table.columns:
         name = str(column).lower()
         if name in _LAT_COLUMNS or name in _LON_COLUMNS:

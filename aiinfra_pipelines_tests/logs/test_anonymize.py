@@ -174,3 +174,19 @@ def test_anonymization_key_falls_back_to_the_dev_key(tmp_path, monkeypatch) -> N
     key = anonymization_key()
     assert (tmp_path / "keys" / "anonymization.key").read_bytes() == key
     assert anonymization_key() == key
+
+
+def test_find_pii_leaks_searches_binary_cells(log: DriveLog) -> None:
+    """A VIN burnt into a blob (an image, an attachment) is found, in any letter case."""
+    _, raw_coordinates = raw_pii(log)
+    clean = b"\x00\x01" * 500
+    table = pd.DataFrame(
+        {
+            "image": [clean, clean + f"id:{VIN.lower()}".encode() + clean, clean],
+            "note": ["ok", "ok", None],
+        }
+    )
+    assert find_pii_leaks(table, {VIN}, raw_coordinates) == [
+        "raw VIN found in column 'image' (1 distinct)"
+    ]
+    assert find_pii_leaks(table.assign(image=[clean] * 3), {VIN}, raw_coordinates) == []
