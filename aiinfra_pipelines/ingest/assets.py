@@ -13,6 +13,7 @@ from typing import Any
 
 import dagster as dg
 import pandas as pd
+from pydantic import Field
 
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.lake.audits import RequiredAudit, verify_audits
@@ -83,6 +84,16 @@ def _verdict_table_md(result: BatchResult, rows: int) -> str:
     return "\n".join(lines)
 
 
+class IngestBatchConfig(dg.Config):
+    """Launchpad options of a batch run (the sensor's runs use the defaults)."""
+
+    revalidate_quarantined: bool = Field(
+        default=False,
+        description="Judge the batch's quarantined logs again (after fixing a rule in "
+        "resources/logs.yaml or an expectation suite); accepted logs are never re-ingested.",
+    )
+
+
 def _progress_logger(context: dg.AssetExecutionContext) -> Any:
     """Log about every tenth of the batch (each log line is an event-log write)."""
 
@@ -151,6 +162,7 @@ def drive_logs(context: dg.AssetExecutionContext, lake: VersionedLake) -> dict[s
 )
 def ingest_batch_logs(
     context: dg.AssetExecutionContext,
+    config: IngestBatchConfig,
     lake: VersionedLake,
     anonymization: AnonymizationKey,
     drive_logs: dict[str, Any],
@@ -170,6 +182,7 @@ def ingest_batch_logs(
         anonymization_key=anonymization.key(),
         pool=pool,
         on_log=_progress_logger(context),
+        revalidate_quarantined=config.revalidate_quarantined,
     )
     stage_batch_records(lake, result, run_branch, main_ref, context.run.run_id)
     counts = result.counts()
@@ -232,7 +245,8 @@ def published_ingest(
         if earlier is None:
             raise RuntimeError(f"run {run_root} has no lake branch and never published {partition}")
         return dg.MaterializeResult(metadata={"main_commit": earlier, "already_published": True})
-    if lake.object_exists(MAIN_BRANCH, batch_record_key(batch)):
+    judged = validated_drive_logs["verdict"].isin([ACCEPTED, QUARANTINED]).any()
+    if lake.object_exists(MAIN_BRANCH, batch_record_key(batch)) and not judged:
         lake.delete_branch(run_branch_name(run_root))
         context.log.info(f"{partition} was published by an earlier run; main is unchanged")
         return dg.MaterializeResult(

@@ -78,6 +78,7 @@ class LogJob:
     key: str
     main_ref: str  # main pinned at the start of the run: the content ledger it checks
     run_branch: str
+    revalidate_quarantined: bool = False  # an operator fixed a rule: judge rejected logs again
 
 
 @dataclass
@@ -127,8 +128,14 @@ def ingest_log(job: LogJob) -> LogOutcome:
     data = lake.get_object(job.batch.commit, job.key)
     sha256 = hashlib.sha256(data).hexdigest()
     outcome = LogOutcome(location, job.batch.commit, sha256, len(data), ACCEPTED)
-    if lake.object_exists(job.main_ref, content_key(sha256)):
-        earlier = lake.get_json(job.main_ref, content_key(sha256))
+    earlier = (
+        lake.get_json(job.main_ref, content_key(sha256))
+        if lake.object_exists(job.main_ref, content_key(sha256))
+        else None
+    )
+    if earlier is not None and not (
+        job.revalidate_quarantined and earlier.get("verdict") == QUARANTINED
+    ):
         same_batch = earlier.get("partition") == job.batch.partition_key
         outcome.verdict = ALREADY_INGESTED if same_batch else DUPLICATE
         outcome.duplicate_of = f"{earlier.get('source_branch')}/{earlier.get('log_key')}"
@@ -238,13 +245,16 @@ def ingest_batch(
     anonymization_key: bytes,
     pool: PoolSettings,
     on_log: Callable[[int, int, LogOutcome], None] | None = None,
+    revalidate_quarantined: bool = False,
 ) -> BatchResult:
     """Work every log of ``batch`` on the pool; returns the outcomes (nothing staged but frames).
 
     ``on_log(done, total, outcome)`` is called as each log finishes, for progress.
+    ``revalidate_quarantined`` judges logs the ledger records as quarantined again (after an
+    operator fixed a rule that was too strict); every other log keeps its recorded verdict.
     """
     work, repeats = _mark_in_batch_duplicates(lake, batch, keys)
-    jobs = [LogJob(batch, key, main_ref, run_branch) for key in work]
+    jobs = [LogJob(batch, key, main_ref, run_branch, revalidate_quarantined) for key in work]
     state = {"lake": lake, "anonymization_key": anonymization_key}
     outcomes: dict[str, LogOutcome] = {}
     for done, outcome in enumerate(map_in_pool(ingest_log, jobs, state, pool), start=1):

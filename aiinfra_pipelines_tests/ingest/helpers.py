@@ -24,7 +24,11 @@ def land(lake, batch_id: str, logs: Sequence[tuple[str, object]]) -> LandedBatch
 
 
 def materialize_partition(
-    instance: dg.DagsterInstance, resources: dict, partition_key: str, raise_on_error: bool = True
+    instance: dg.DagsterInstance,
+    resources: dict,
+    partition_key: str,
+    raise_on_error: bool = True,
+    run_config: dict | None = None,
 ) -> dg.ExecuteInProcessResult:
     instance.add_dynamic_partitions(ingest_batch_partitions.name, [partition_key])
     return dg.materialize(
@@ -33,6 +37,7 @@ def materialize_partition(
         resources=resources,
         partition_key=partition_key,
         raise_on_error=raise_on_error,
+        run_config=run_config,
     )
 
 

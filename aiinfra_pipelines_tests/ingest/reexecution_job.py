@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
 from aiinfra_pipelines.ingest.checks import ingest_checks
@@ -16,7 +14,9 @@ LAKE_ROOT_ENV = "AIINFRA_TEST_LAKE_ROOT"
 
 
 def get_job() -> dg.JobDefinition:
-    lake = LocalLake(root=os.environ[LAKE_ROOT_ENV])
+    # Resolved when a run starts, not when the job is built: Dagster caches a reconstructed
+    # job per process, and each test names its own lake.
+    lake = LocalLake(root=dg.EnvVar(LAKE_ROOT_ENV))
     job = dg.define_asset_job(
         "ingest_job",
         selection=dg.AssetSelection.groups("ingest"),

@@ -306,3 +306,34 @@ def test_fixed_reupload_of_a_quarantined_log_lifts_its_quarantine(
     assert result.success
     assert quarantine_view(local_lake).empty
     assert len(scene_index_view(local_lake)) == len(good.frames)
+
+
+def test_quarantined_logs_are_judged_again_after_a_rule_is_fixed(
+    local_lake, instance, ingest_resources, tmp_path, monkeypatch
+):
+    # A too-strict rule quarantines a good 20-frame log ...
+    _strict_resources(tmp_path, monkeypatch, "logs.yaml", "min_frames: 5", "min_frames: 30")
+    batch = land(
+        local_lake,
+        "b-rule",
+        [
+            ("short", make_synthetic_log(seed=24)),
+            ("cut", encode_drive_log(make_synthetic_log(seed=25))[:-500]),
+        ],
+    )
+    first = materialize_partition(instance, ingest_resources, partition_of(batch))
+    assert set(verdicts_of(first).values()) == {"quarantined"}
+    monkeypatch.delenv("AIINFRA_RESOURCES")  # ... the operator fixes the rule and deploys
+
+    plain = materialize_partition(instance, ingest_resources, partition_of(batch))
+    assert set(verdicts_of(plain).values()) == {"already_ingested"}  # a plain re-run: no change
+    fixed = materialize_partition(
+        instance,
+        ingest_resources,
+        partition_of(batch),
+        run_config={"ops": {"ingest_batch": {"config": {"revalidate_quarantined": True}}}},
+    )
+
+    assert verdicts_of(fixed) == {"logs/cut.mcap": "quarantined", "logs/short.mcap": "accepted"}
+    assert list(quarantine_view(local_lake)["log_key"]) == ["logs/cut.mcap"]
+    assert set(scene_index_view(local_lake)["log_key"]) == {"logs/short.mcap"}

@@ -1,73 +1,94 @@
-"""A run killed between its writes and its merge leaves ``main`` exactly as it was."""
+"""A batch run killed between its writes and its merge leaves ``main`` exactly as it was, and
+its retry (Dagster's re-execution from failure, on the same lake branch) completes it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 
-from aiinfra_pipelines.ingest.views import scene_index_view
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX
-from aiinfra_pipelines.logs.synthetic import make_synthetic_log
+import dagster as dg
 
-from .helpers import land, materialize_partition, partition_of
+from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX, run_branch_name
+from aiinfra_pipelines.logs.synthetic import make_synthetic_log
+from aiinfra_pipelines.logs.writer import encode_drive_log
+
+from . import reexecution_job
+from .helpers import land, partition_of
 
 KILLED_RUN = textwrap.dedent(
     """
     import os, signal, sys
     import dagster as dg
     from aiinfra_pipelines.lake.local import LocalLake
-    from aiinfra_pipelines.lake.io_manager import LakeIOManager
-    from aiinfra_pipelines.ingest.resources import AnonymizationKey
-    from aiinfra_pipelines_tests.ingest.helpers import materialize_partition
+    from aiinfra_pipelines_tests.ingest import reexecution_job
 
     def kill_before_merge(self, *args, **kwargs):
         # The process dies the instant it would publish: every write is done, no merge.
         os.kill(os.getpid(), signal.SIGKILL)
 
     LocalLake.merge = kill_before_merge
-    lake = LocalLake(root=sys.argv[1])
-    resources = {"lake": lake, "io_manager": LakeIOManager(lake=lake),
-                 "anonymization": AnonymizationKey(key_hex="ab" * 32)}
-    with dg.instance_for_test(temp_dir=sys.argv[3]) as instance:
-        materialize_partition(instance, resources, sys.argv[2])
+    instance = dg.DagsterInstance.get()  # DAGSTER_HOME: the test's instance, on disk
+    instance.add_dynamic_partitions("ingest_batches", [sys.argv[1]])
+    dg.execute_job(
+        dg.reconstructable(reexecution_job.get_job),
+        instance,
+        tags={"dagster/partition": sys.argv[1]},
+    )
     """
 )
 
 
-def test_run_killed_before_merge_leaves_main_unchanged(
-    local_lake, instance, ingest_resources, tmp_path
+def test_batch_run_killed_before_merge_leaves_main_unchanged_and_its_retry_completes(
+    local_lake, instance, dagster_home, monkeypatch
 ):
-    batch = land(local_lake, "b-kill", [("log", make_synthetic_log(seed=21))])
+    monkeypatch.setenv(reexecution_job.LAKE_ROOT_ENV, local_lake.root)
+    batch = land(
+        local_lake,
+        "b-kill",
+        [
+            ("a", make_synthetic_log(seed=21)),
+            ("b", make_synthetic_log(seed=22)),
+            ("cut", encode_drive_log(make_synthetic_log(seed=23))[:-400]),
+        ],
+    )
     partition = partition_of(batch)
     main_before = local_lake.resolve_ref(MAIN_BRANCH)
-    (tmp_path / "child_home").mkdir()
 
     child = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            KILLED_RUN,
-            local_lake.root,
-            partition,
-            str(tmp_path / "child_home"),
-        ],
+        [sys.executable, "-c", KILLED_RUN, partition],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=300,
+        env={**os.environ},
     )
 
     assert child.returncode == -9, child.stderr[-2000:]
     assert local_lake.resolve_ref(MAIN_BRANCH) == main_before
-    assert scene_index_view(local_lake).empty
+    assert scene_index_view(local_lake).empty and quarantine_view(local_lake).empty
+    (killed,) = instance.get_runs()
     (orphan,) = local_lake.list_branches(prefix=RUN_BRANCH_PREFIX)
+    assert orphan.name == run_branch_name(killed.run_id)
     written = {
         stat.key.split("/")[1] for stat in local_lake.list_objects(orphan.name, prefix="data/")
     }
     assert {"drive_logs", "validated_drive_logs", "anonymized_frames", "scene_index"} <= written
 
-    # A fresh run of the same partition publishes normally; main gets it exactly once.
-    rerun = materialize_partition(instance, ingest_resources, partition)
-    assert rerun.success
+    # The run monitor marks the dead run failed; the retry re-executes from the failure, with
+    # the parent's tags (as the daemon's run retries do).
+    instance.report_run_failed(killed)
+    retry = dg.execute_job(
+        dg.reconstructable(reexecution_job.get_job),
+        instance,
+        tags=killed.tags,
+        reexecution_options=dg.ReexecutionOptions.from_failure(killed.run_id, instance),
+    )
+
+    assert retry.success
+    assert retry.dagster_run.root_run_id == killed.run_id
     index = scene_index_view(local_lake)
-    assert len(index) == 20 and index["log_key"].nunique() == 1
+    assert index.groupby("log_key").size().to_dict() == {"logs/a.mcap": 20, "logs/b.mcap": 20}
+    assert list(quarantine_view(local_lake)["log_key"]) == ["logs/cut.mcap"]
+    assert not local_lake.list_branches(prefix=RUN_BRANCH_PREFIX)
