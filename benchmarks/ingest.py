@@ -1,21 +1,29 @@
-"""Ingestion throughput and sensor-tick cost; prints figures, asserts nothing.
+"""Ingestion throughput by upload batch, and sensor-tick cost; prints figures, asserts nothing.
 
-1. MCAP → scene index, MB/s and frames/s, three ways over the same files in one run:
-   a bare ``mcap`` read of every record (the floor), the ingestion logic (validate, anonymize,
-   frames + index tables, Parquet), and full Dagster runs of the ingest partition (materialize
-   with checks and the lake publish). Ratios are against the bare read.
-2. ``lakefs_ingest_sensor`` tick time with 10 vs 1,000 prior commits on the ingest branch
-   (cursor at the previous head, one new commit landed), median of several ticks.
+1. One upload batch of ``--logs`` logs × ``--frames`` frames, three ways over the same files in
+   one run, each in frames/s and as a ratio to the bare read:
+   - ``bare``: a bare ``mcap`` read of every record (the floor: no decoding, one process);
+   - ``logic``: the ingest logic on the worker pool — ``ingest_batch`` over the landed batch on
+     a LocalLake (read, SHA-256, validate, anonymize, frames + index tables, Parquet, staged);
+   - ``dagster``: the full Dagster path — ``lakefs_ingest_sensor`` ticks, then the batch run
+     executes in a fresh process (``dagster asset materialize`` on the code location, as a
+     launched run would: start-up, every step, the blocking PII and GX checks, the merge) until
+     the batch is published on ``main``.
+   ``run_startup_s`` is the time from launching that run's process to its first step starting.
+2. ``lakefs_ingest_sensor`` tick time with 10 vs 1,000 prior commits on one ingest branch.
 
-    .venv/bin/python benchmarks/ingest.py [--logs 12] [--frames 50]
+    .venv/bin/python benchmarks/ingest.py [--logs 200] [--frames 50] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,18 +34,17 @@ import dagster as dg
 from mcap.reader import make_reader
 
 from aiinfra_pipelines.fleet.landing import land_batch
+from aiinfra_pipelines.ingest.batch import ingest_batch
 from aiinfra_pipelines.ingest.discovery import dump_cursor
-from aiinfra_pipelines.ingest.partitions import LogLocation
-from aiinfra_pipelines.ingest.resources import AnonymizationKey
-from aiinfra_pipelines.ingest.tables import frames_table, scene_index_table, trigger_rule_names
-from aiinfra_pipelines.lake.io_manager import LakeIOManager
+from aiinfra_pipelines.ingest.partitions import BatchRef
+from aiinfra_pipelines.ingest.pool import PoolSettings
 from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.logs.anonymize import anonymize_log
-from aiinfra_pipelines.logs.reader import read_drive_log
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
-from aiinfra_pipelines.logs.validation import validate_drive_log
 from aiinfra_pipelines.logs.writer import encode_drive_log
 from aiinfra_pipelines.sensors.ingest_sensor import lakefs_ingest_sensor
+
+PROJECT = Path(__file__).resolve().parent.parent
 
 
 def bare_read(files: list[bytes]) -> int:
@@ -48,55 +55,86 @@ def bare_read(files: list[bytes]) -> int:
     return records
 
 
-def logic_path(files: list[bytes], key: bytes) -> int:
-    frames = 0
-    rules = trigger_rule_names()
-    for data in files:
-        report = validate_drive_log(data)
-        anonymous = anonymize_log(read_drive_log(data), key)
-        table = frames_table(anonymous)
-        index = scene_index_table(
-            table,
-            tags={**report.metadata, "vehicle_pseudonym": anonymous.metadata["vehicle_pseudonym"]},
-            events=[(e.timestamp_ns, e.rule) for e in anonymous.events],
-            rule_names=rules,
-            source_branch="b",
-            source_commit="c",
-            log_key="k",
-            frames_object="o",
+def logic_path(files: list[bytes], workdir: Path, pool: PoolSettings) -> tuple[int, float]:
+    """Frames accepted and seconds for ``ingest_batch`` on the pool over one landed batch."""
+    lake = LocalLake(root=str(workdir / "logic-lake"))
+    landed = land_batch(lake, "logic", [(f"log{i:04d}", data) for i, data in enumerate(files)])
+    run_branch = "run-benchmark"
+    lake.create_branch(run_branch, source_ref=MAIN_BRANCH)
+    started = time.perf_counter()
+    result = ingest_batch(
+        lake,
+        BatchRef(landed.branch, landed.commit),
+        landed.keys,
+        run_branch=run_branch,
+        main_ref=lake.resolve_ref(MAIN_BRANCH),
+        anonymization_key=b"k" * 32,
+        pool=pool,
+    )
+    seconds = time.perf_counter() - started
+    return sum(o.frames for o in result.accepted), seconds
+
+
+def _first_step_start(instance: dg.DagsterInstance, run_id: str) -> float:
+    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
+    return min(record.timestamp for record in records)
+
+
+def dagster_path(files: list[bytes], workdir: Path) -> dict[str, float]:
+    """Sensor tick → one batch run in a fresh process → published on main; seconds of each."""
+    home = workdir / "dagster_home"
+    home.mkdir()
+    env = {**os.environ, "DAGSTER_HOME": str(home), "AIINFRA_ENV": "local"}
+    os.environ["DAGSTER_HOME"] = str(home)  # the instance below and the run share it
+    lake = LocalLake(root=str(home / "lake"))
+    started = time.perf_counter()
+    land_batch(lake, "bench", [(f"log{i:04d}", data) for i, data in enumerate(files)])
+    landed_s = time.perf_counter() - started
+    with dg.DagsterInstance.get() as instance:
+        tick_started = time.perf_counter()
+        context = dg.build_sensor_context(instance=instance, resources={"lake": lake})
+        result = lakefs_ingest_sensor(context)
+        (request,) = result.run_requests
+        for add in result.dynamic_partitions_requests:
+            instance.add_dynamic_partitions(add.partitions_def_name, list(add.partition_keys))
+        tick_s = time.perf_counter() - tick_started
+        launched_wall = time.time()
+        launched = time.perf_counter()
+        completed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dagster",
+                "asset",
+                "materialize",
+                "-m",
+                "aiinfra_pipelines.definitions",
+                "--select",
+                "group:ingest",
+                "--partition",
+                request.partition_key,
+            ],
+            cwd=PROJECT,
+            env=env,
+            capture_output=True,
+            text=True,
         )
-        table.to_parquet(io.BytesIO())
-        index.to_parquet(io.BytesIO())
-        frames += len(index)
-    return frames
-
-
-def dagster_path(files: list[bytes], workdir: Path) -> int:
-    from aiinfra_pipelines.ingest.checks import ingest_checks
-    from aiinfra_pipelines.ingest.definitions import defs
-    from aiinfra_pipelines.ingest.partitions import drive_log_partitions
-
-    lake = LocalLake(root=str(workdir / "lake"))
-    batch = land_batch(lake, "bench", [(f"log{i}", data) for i, data in enumerate(files)])
-    resources = {
-        "lake": lake,
-        "io_manager": LakeIOManager(lake=lake),
-        "anonymization": AnonymizationKey(key_hex="ab" * 32),
+        run_s = time.perf_counter() - launched
+        if completed.returncode != 0:
+            raise RuntimeError(f"the batch run failed:\n{completed.stderr[-3000:]}")
+        (run,) = instance.get_runs(limit=1)
+        startup_s = _first_step_start(instance, run.run_id) - launched_wall
+    main_merge = lake.log(MAIN_BRANCH, limit=1)[0]
+    if main_merge.metadata.get("partition") != request.partition_key:
+        raise RuntimeError("the batch was not published on main")
+    return {
+        "seconds": tick_s + run_s,
+        "tick_s": tick_s,
+        "run_s": run_s,
+        "run_startup_s": startup_s,
+        "landing_s": landed_s,
+        "logs_accepted": float(main_merge.metadata.get("logs_accepted", "0")),
     }
-    frames = 0
-    (workdir / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(workdir / "home")) as instance:
-        for key in batch.keys:
-            partition = LogLocation(batch.branch, key).partition_key
-            instance.add_dynamic_partitions(drive_log_partitions.name, [partition])
-            result = dg.materialize(
-                [*defs.assets, *ingest_checks()],
-                instance=instance,
-                resources=resources,
-                partition_key=partition,
-            )
-            frames += result.output_for_node("scene_index").shape[0]
-    return frames
 
 
 def sensor_tick_seconds(prior_commits: int, workdir: Path, repeats: int = 5) -> float:
@@ -127,10 +165,12 @@ def sensor_tick_seconds(prior_commits: int, workdir: Path, repeats: int = 5) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--logs", type=int, default=12)
+    parser.add_argument("--logs", type=int, default=200)
     parser.add_argument("--frames", type=int, default=50)
     parser.add_argument("--skip-dagster", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    say = (lambda *_: None) if args.json else print
 
     files = [
         encode_drive_log(
@@ -140,40 +180,52 @@ def main() -> None:
     ]
     megabytes = sum(map(len, files)) / 1e6
     total_frames = args.logs * args.frames
-    print(f"{args.logs} logs, {total_frames} frames, {megabytes:.1f} MB of MCAP")
+    pool = PoolSettings.load()
+    say(f"{args.logs} logs, {total_frames} frames, {megabytes:.1f} MB of MCAP, one batch")
 
     started = time.perf_counter()
     records = bare_read(files)
     bare_s = time.perf_counter() - started
-    print(
-        f"bare mcap read      : {megabytes / bare_s:8.1f} MB/s "
-        f"{total_frames / bare_s:9.0f} frames/s ({records} records)"
-    )
-
-    started = time.perf_counter()
-    frames = logic_path(files, b"k" * 32)
-    logic_s = time.perf_counter() - started
-    print(
-        f"ingest logic        : {megabytes / logic_s:8.1f} MB/s {frames / logic_s:9.0f} frames/s "
-        f"(bare/logic time ratio {logic_s / bare_s:.1f}x)"
-    )
+    bare_fps = total_frames / bare_s
+    say(f"bare mcap read       : {bare_fps:9.0f} frames/s ({records} records, {bare_s:.2f} s)")
+    figures: dict[str, object] = {
+        "logs": args.logs,
+        "frames": total_frames,
+        "megabytes": round(megabytes, 1),
+        "workers": pool.workers,
+        "bare_fps": round(bare_fps, 1),
+    }
 
     with tempfile.TemporaryDirectory() as tmp:
+        frames, logic_s = logic_path(files, Path(tmp), pool)
+        logic_fps = frames / logic_s
+        figures |= {"logic_fps": round(logic_fps, 1), "logic_ratio": round(logic_fps / bare_fps, 3)}
+        say(
+            f"ingest logic, {pool.workers} workers: {logic_fps:9.0f} frames/s "
+            f"({logic_fps / bare_fps:.2f}x bare, {logic_s:.2f} s)"
+        )
         if not args.skip_dagster:
-            started = time.perf_counter()
-            frames = dagster_path(files, Path(tmp))
-            dagster_s = time.perf_counter() - started
-            print(
-                f"dagster materialize : {megabytes / dagster_s:8.1f} MB/s "
-                f"{frames / dagster_s:9.0f} frames/s (bare/dagster time ratio "
-                f"{dagster_s / bare_s:.1f}x, {dagster_s / args.logs:.2f} s/log)"
+            dagster = dagster_path(files, Path(tmp))
+            dagster_fps = total_frames / dagster["seconds"]
+            figures |= {
+                "dagster_fps": round(dagster_fps, 1),
+                "dagster_ratio": round(dagster_fps / bare_fps, 3),
+                "run_startup_s": round(dagster["run_startup_s"], 2),
+                "dagster_s": round(dagster["seconds"], 2),
+                "sensor_tick_s": round(dagster["tick_s"], 3),
+            }
+            say(
+                f"full dagster path    : {dagster_fps:9.0f} frames/s "
+                f"({dagster_fps / bare_fps:.2f}x bare, {dagster['seconds']:.2f} s: sensor tick "
+                f"{dagster['tick_s']:.2f} s, run {dagster['run_s']:.2f} s of which start-up "
+                f"{dagster['run_startup_s']:.2f} s)"
             )
         for prior in (10, 1000):
             tick = sensor_tick_seconds(prior, Path(tmp))
-            print(
-                f"sensor tick, {prior:5d} prior commits: {tick * 1e3:7.1f} ms "
-                "(median, 1 new commit)"
-            )
+            figures[f"sensor_tick_ms_{prior}_commits"] = round(tick * 1e3, 1)
+            say(f"sensor tick, {prior:5d} prior commits: {tick * 1e3:7.1f} ms (median)")
+    if args.json:
+        print(json.dumps(figures, sort_keys=True))
 
 
 if __name__ == "__main__":
