@@ -147,6 +147,26 @@ def first_release_floors(gates: Mapping[str, Any]) -> dict[str, float]:
     return {str(m): float(v) for m, v in (section.get("beat_baseline_by") or {}).items()}
 
 
+def baseline_margin(metric: str, baseline_value: float, gates: Mapping[str, Any]) -> float | None:
+    """The margin ``metric`` must beat ``baseline_value`` by on one slice (None: not gated).
+
+    The configured margin, capped at ``max_share_of_baseline_error`` of the baseline's own
+    error (``1 - value`` for accuracy/F1, the value itself for an MAE): where the constant
+    guess is already near-perfect (an intersection's side lanes do not exist and are labelled
+    occupied in every frame), no model can gain a fixed 0.05, but it must still do better
+    than the guess.
+    """
+    floors = first_release_floors(gates)
+    if metric not in floors:
+        return None
+    section = offline_gates(gates).get("first_release") or {}
+    share = section.get("max_share_of_baseline_error")
+    if share is None or not _finite(baseline_value):
+        return floors[metric]
+    error = 1.0 - baseline_value if HIGHER_IS_BETTER.get(metric, True) else baseline_value
+    return min(floors[metric], float(share) * max(0.0, error))
+
+
 def compare_with_production(
     candidate: pd.DataFrame,
     production: pd.DataFrame | None,
@@ -172,21 +192,22 @@ def compare_with_production(
     if has_production:
         reference, name = production, "production"
 
-        def budget_of(slice_: str, metric: str) -> float | None:
+        def budget_of(slice_: str, metric: str, reference_value: float) -> float | None:
             return budget_for(slice_, metric, offline)
 
         notes: list[str] = []
     elif baseline is not None and floors:
         reference, name = baseline, "baseline"
 
-        def budget_of(slice_: str, metric: str) -> float | None:
-            return -floors[metric] if metric in floors else None
+        def budget_of(slice_: str, metric: str, reference_value: float) -> float | None:
+            margin = baseline_margin(metric, reference_value, offline)
+            return None if margin is None else -margin
 
         notes = [FIRST_RELEASE_NOTE]
     else:
         reference, name, notes = None, "production", [NO_PRODUCTION_NOTE]
 
-        def budget_of(slice_: str, metric: str) -> float | None:
+        def budget_of(slice_: str, metric: str, reference_value: float) -> float | None:
             return None
 
     table, failures, more_notes = _gate(
@@ -206,7 +227,7 @@ def _gate(
     candidate: pd.DataFrame,
     reference: pd.DataFrame | None,
     name: str,
-    budget_of: Callable[[str, str], float | None],
+    budget_of: Callable[[str, str, float], float | None],
     min_frames: int,
 ) -> tuple[pd.DataFrame, list[str], list[str]]:
     """(long table, failures, notes) of ``candidate`` against ``reference`` per gated slice."""
@@ -235,7 +256,7 @@ def _gate(
         for metric in metrics:
             cand = float(cand_rows.loc[slice_, metric]) if in_cand else float("nan")
             prod = float(prod_rows.loc[slice_, metric]) if in_prod else float("nan")
-            budget = budget_of(str(slice_), metric)
+            budget = budget_of(str(slice_), metric, prod)
             delta = cand - prod if _finite(cand) and _finite(prod) else float("nan")
             higher = HIGHER_IS_BETTER.get(metric, True)
             regression = (-delta if higher else delta) if _finite(delta) else float("nan")

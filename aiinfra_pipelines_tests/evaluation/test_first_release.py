@@ -20,6 +20,7 @@ from aiinfra_pipelines.evaluation.baselines import (
 from aiinfra_pipelines.evaluation.compare import (
     FIRST_RELEASE_NOTE,
     NO_PRODUCTION_NOTE,
+    baseline_margin,
     compare_with_production,
     first_release_floors,
 )
@@ -112,9 +113,8 @@ def test_first_release_below_the_baselines_is_refused_and_above_is_accepted(
     gated = accepted.table[accepted.table["gated"]]
     assert set(gated["metric"]) == set(first_release_floors(GATES))
     assert "overall" in set(gated["slice"])
-    floors = first_release_floors(GATES)
     for row in gated.itertuples():
-        assert row.budget == pytest.approx(-floors[row.metric])
+        assert row.budget == pytest.approx(-baseline_margin(row.metric, row.production, GATES))
 
 
 def test_first_release_gates_every_slice_not_only_overall(labelled_fleet) -> None:
@@ -140,6 +140,41 @@ def test_first_release_gates_every_slice_not_only_overall(labelled_fleet) -> Non
     assert not comparison.passed
     assert any(f.startswith(f"{weak} occupancy_accuracy") for f in comparison.failures)
     assert not any(f.startswith("overall ") for f in comparison.failures)
+
+
+def test_the_margin_shrinks_where_the_constant_guess_is_nearly_perfect() -> None:
+    gates = {
+        "offline": {
+            "first_release": {
+                "beat_baseline_by": {"occupancy_accuracy": 0.05, "lead_gap_mae_m": 2.0},
+                "max_share_of_baseline_error": 0.25,
+            }
+        }
+    }
+    assert baseline_margin("occupancy_accuracy", 0.70, gates) == pytest.approx(0.05)
+    assert baseline_margin("occupancy_accuracy", 0.98, gates) == pytest.approx(0.005)
+    assert baseline_margin("lead_gap_mae_m", 20.0, gates) == pytest.approx(2.0)
+    assert baseline_margin("lead_gap_mae_m", 4.0, gates) == pytest.approx(1.0)
+    assert baseline_margin("occupancy_f1", 0.5, gates) is None  # not configured: not gated
+    # A near-perfect baseline still has to be beaten, not merely matched.
+    candidate = pd.DataFrame(
+        [
+            {
+                "slice": "overall",
+                "kind": "overall",
+                "frames": 50,
+                "occupancy_accuracy": 0.98,
+                "occupancy_f1": 0.9,
+                "lead_gap_mae_m": 2.5,
+            }
+        ]
+    )
+    # MAE 2.5 beats 3.5 by more than min(2.0, 0.25 x 3.5); accuracy 0.98 only matches 0.98.
+    baseline = candidate.assign(occupancy_accuracy=0.98, lead_gap_mae_m=3.5)
+    refused = compare_with_production(candidate, None, gates, baseline=baseline)
+    assert [f.split(":")[0] for f in refused.failures] == ["overall occupancy_accuracy"]
+    better = candidate.assign(occupancy_accuracy=0.99)
+    assert compare_with_production(better, None, gates, baseline=baseline).passed
 
 
 def test_without_baselines_or_floors_a_first_release_is_only_reported() -> None:
