@@ -12,6 +12,9 @@ from torch import nn
 
 from .contract import LANES, PerceptionSpec
 
+# Stride-2 blocks: the feature map is the image downsampled 2**STAGES times per axis.
+STAGES = 4
+
 
 def _block(channels_in: int, channels_out: int) -> nn.Sequential:
     return nn.Sequential(
@@ -21,10 +24,31 @@ def _block(channels_in: int, channels_out: int) -> nn.Sequential:
     )
 
 
-class PerceptionNet(nn.Module):
-    """Image (N x 3 x H x W, [0,1]) → (occupancy logits N x 3 x bins, lead gap N x 1 in [0,1])."""
+def feature_map_size(spec: PerceptionSpec) -> tuple[int, int]:
+    """(rows, columns) of the last block's output for the contract's image size."""
+    rows, columns = spec.image_height, spec.image_width
+    for _ in range(STAGES):  # kernel 3, stride 2, padding 1: ceil(n / 2)
+        rows, columns = (rows - 1) // 2 + 1, (columns - 1) // 2 + 1
+    return rows, columns
 
-    def __init__(self, spec: PerceptionSpec, width: int = 32, hidden: int = 128) -> None:
+
+class PerceptionNet(nn.Module):
+    """Image (N x 3 x H x W, [0,1]) → (occupancy logits N x 3 x bins, lead gap N x 1 in [0,1]).
+
+    ``pool`` averages the last feature map down to (rows, columns) before the shared trunk;
+    ``None`` keeps the whole map (4 x 10 cells of 16 x 16 px for the 64 x 160 camera). The
+    occupancy grid and the lead gap are *where* questions — which lane, how far ahead — so a
+    trunk that sees every cell's position localizes cars far better than one that sees a
+    2 x 5 average, for a larger first linear layer but no more convolution work.
+    """
+
+    def __init__(
+        self,
+        spec: PerceptionSpec,
+        width: int = 32,
+        hidden: int = 128,
+        pool: tuple[int, int] | None = (2, 5),
+    ) -> None:
         super().__init__()
         self.spec = spec
         self.features = nn.Sequential(
@@ -33,9 +57,14 @@ class PerceptionNet(nn.Module):
             _block(width, width * 2),
             _block(width * 2, width * 2),
         )
-        self.pool = nn.AdaptiveAvgPool2d((2, 5))
+        if pool is None:
+            self.pool: nn.Module = nn.Identity()
+            rows, columns = feature_map_size(spec)
+        else:
+            rows, columns = (int(pool[0]), int(pool[1]))
+            self.pool = nn.AdaptiveAvgPool2d((rows, columns))
         self.trunk = nn.Sequential(
-            nn.Flatten(), nn.Linear(width * 2 * 10, hidden), nn.ReLU(inplace=True)
+            nn.Flatten(), nn.Linear(width * 2 * rows * columns, hidden), nn.ReLU(inplace=True)
         )
         self.occupancy_head = nn.Linear(hidden, LANES * spec.bins)
         self.lead_gap_head = nn.Linear(hidden, 1)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aiinfra_pipelines.perception.contract import PerceptionSpec
+from aiinfra_pipelines.perception.contract import LANES, PerceptionSpec
 from aiinfra_pipelines.perception.network import PerceptionNet
 
 from . import metrics
@@ -74,6 +74,35 @@ def mirror_lanes(
     return images, occupancy
 
 
+def occupancy_cell_weights(
+    bin_edges_m: Sequence[float],
+    *,
+    near_range_m: float,
+    near_bin_weight: float,
+    ego_lane_weight: float,
+) -> torch.Tensor:
+    """3 x bins loss weights: the cells the planner acts on count more, mean weight 1.
+
+    The planner brakes, follows and changes lanes on the ego lane and on the bins that start
+    before ``near_range_m``; a mistake there is a collision or a phantom brake, one in the far
+    side bins is not. A cell gets ``ego_lane_weight`` on the ego (middle) lane times
+    ``near_bin_weight`` when its bin starts before ``near_range_m``. Normalizing to mean 1
+    keeps the occupancy loss on the scale the learning rate and ``lead_gap_weight`` were set
+    for; all weights 1 is plain BCE.
+    """
+    if near_bin_weight <= 0 or ego_lane_weight <= 0:
+        raise ValueError(
+            f"loss weights must be > 0, got near_bin_weight={near_bin_weight}, "
+            f"ego_lane_weight={ego_lane_weight}"
+        )
+    starts = torch.tensor([float(edge) for edge in bin_edges_m[:-1]])
+    near = torch.where(starts < near_range_m, near_bin_weight, 1.0)
+    lanes = torch.ones(LANES)
+    lanes[LANES // 2] = ego_lane_weight
+    weights = lanes.view(-1, 1) * near.view(1, -1)
+    return weights / weights.mean()
+
+
 def perception_loss(
     occupancy_logits: torch.Tensor,
     lead_gap_pred: torch.Tensor,
@@ -82,15 +111,39 @@ def perception_loss(
     *,
     lead_gap_weight: float,
     smooth_l1_beta: float,
+    cell_weights: torch.Tensor | None = None,
+    pos_weight: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(total, occupancy BCE-with-logits, lead-gap SmoothL1), all batch means.
 
     SmoothL1 rather than MSE for the gap: "no lead vehicle" frames sit at the range cap (1.0)
     and would otherwise dominate the gradient whenever the network hesitates about them.
+    ``cell_weights`` (3 x bins, see :func:`occupancy_cell_weights`) weight the grid cells;
+    ``pos_weight`` weights occupied cells against free ones (BCE's ``pos_weight``): most cells
+    are free, and a network that under-predicts the rare occupied ones misses cars, the
+    expensive error for a planner.
     """
-    occupancy_loss = F.binary_cross_entropy_with_logits(occupancy_logits, occupancy)
+    occupancy_loss = F.binary_cross_entropy_with_logits(
+        occupancy_logits,
+        occupancy,
+        weight=None if cell_weights is None else cell_weights.to(occupancy_logits),
+        pos_weight=None
+        if pos_weight == 1.0
+        else torch.tensor(float(pos_weight), device=occupancy_logits.device),
+    )
     gap_loss = F.smooth_l1_loss(lead_gap_pred, lead_gap, beta=smooth_l1_beta)
     return occupancy_loss + lead_gap_weight * gap_loss, occupancy_loss, gap_loss
+
+
+def loss_weighting(config: dict[str, Any]) -> dict[str, float]:
+    """The occupancy weighting keys of ``training.yaml``'s ``loss:`` (1.0 = unweighted)."""
+    loss = config["loss"]
+    return {
+        "pos_weight": float(loss.get("pos_weight", 1.0)),
+        "near_range_m": float(loss.get("near_range_m", 0.0)),
+        "near_bin_weight": float(loss.get("near_bin_weight", 1.0)),
+        "ego_lane_weight": float(loss.get("ego_lane_weight", 1.0)),
+    }
 
 
 class PerceptionModule(L.LightningModule):
@@ -118,6 +171,11 @@ class PerceptionModule(L.LightningModule):
         occupancy_threshold: float,
         augmentation_seed: int,
         channels_last: bool = False,
+        pos_weight: float = 1.0,
+        near_range_m: float = 0.0,
+        near_bin_weight: float = 1.0,
+        ego_lane_weight: float = 1.0,
+        pool: Sequence[int] | None = (2, 5),
     ) -> None:
         super().__init__()
         if scheduler not in SCHEDULERS:
@@ -133,7 +191,23 @@ class PerceptionModule(L.LightningModule):
             bin_edges_m=tuple(float(edge) for edge in bin_edges_m),
             max_range_m=float(max_range_m),
         )
-        self.net = PerceptionNet(self.spec, width=width, hidden=hidden)
+        self.net = PerceptionNet(
+            self.spec,
+            width=width,
+            hidden=hidden,
+            pool=None if pool is None else (int(pool[0]), int(pool[1])),
+        )
+        # Not persistent: derived from the hyperparameters, so a checkpoint rebuilds it.
+        self.register_buffer(
+            "cell_weights",
+            occupancy_cell_weights(
+                self.spec.bin_edges_m,
+                near_range_m=near_range_m,
+                near_bin_weight=near_bin_weight,
+                ego_lane_weight=ego_lane_weight,
+            ),
+            persistent=False,
+        )
         self._val_outputs: list[tuple[torch.Tensor, ...]] = []
 
     @classmethod
@@ -162,6 +236,8 @@ class PerceptionModule(L.LightningModule):
             occupancy_threshold=float(config["metrics"]["occupancy_threshold"]),
             augmentation_seed=int(seed),
             channels_last=bool(config["model"].get("channels_last", False)),
+            **loss_weighting(config),
+            pool=config["model"].get("pool", (2, 5)),
         )
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -203,6 +279,8 @@ class PerceptionModule(L.LightningModule):
             lead_gap,
             lead_gap_weight=self.hparams.lead_gap_weight,
             smooth_l1_beta=self.hparams.smooth_l1_beta,
+            cell_weights=self.cell_weights,
+            pos_weight=self.hparams.pos_weight,
         )
         return total, occupancy_loss, gap_loss, occupancy_logits, lead_gap_pred
 

@@ -445,8 +445,14 @@ def evaluate_network(
     occupancy_threshold: float,
     lead_gap_weight: float,
     smooth_l1_beta: float,
+    cell_weights: torch.Tensor | None = None,
+    pos_weight: float = 1.0,
 ) -> dict[str, float]:
-    """val_* metrics of ``network`` (eval mode, its current device) over a whole dataset."""
+    """val_* metrics of ``network`` (eval mode, its current device) over a whole dataset.
+
+    ``val_loss`` is the training loss (same cell weights and ``pos_weight``), so the final
+    value continues the per-epoch ``val_loss`` curve.
+    """
     network.eval()
     device = next(network.parameters()).device
     parts: list[tuple[torch.Tensor, ...]] = []
@@ -463,6 +469,8 @@ def evaluate_network(
             lead_gap,
             lead_gap_weight=lead_gap_weight,
             smooth_l1_beta=smooth_l1_beta,
+            cell_weights=cell_weights,
+            pos_weight=pos_weight,
         )
         loss_sum += float(total) * len(images)
         parts.append((torch.sigmoid(logits).cpu(), occupancy.cpu(), gap_pred.cpu(), lead_gap.cpu()))
@@ -688,6 +696,8 @@ def train_perception_model(
                     occupancy_threshold=float(settings["metrics"]["occupancy_threshold"]),
                     lead_gap_weight=float(settings["loss"]["lead_gap_weight"]),
                     smooth_l1_beta=float(settings["loss"]["smooth_l1_beta"]),
+                    cell_weights=module.cell_weights.cpu(),
+                    pos_weight=float(module.hparams.pos_weight),
                 )
                 model_uri = ""
                 if run_id is not None:
