@@ -77,6 +77,14 @@ def offline_eval(
     import mlflow  # heavy imports stay out of the code location's import path
 
     from .plots import slice_metric_plot
+    from .trend import (
+        TREND_ARTIFACT,
+        earlier_records,
+        slice_trend,
+        trend_markdown,
+        trend_plot,
+        trend_record,
+    )
 
     manifest = read_json_if_exists(lake, BENCHMARK_MANIFEST)
     if manifest is None:
@@ -117,6 +125,24 @@ def offline_eval(
                 slice_metric_plot(comparison.table, metric), f"offline_eval/{metric}.png"
             )
         mlflow.log_text(markdown, "offline_eval/comparison.md")
+        # Metric x slice x version: this candidate beside every earlier registered version.
+        record = trend_record(trained_model["model_version"], manifest["version"], candidate)
+        mlflow.log_dict(record, TREND_ARTIFACT)
+        trend = slice_trend(
+            [
+                *earlier_records(
+                    mlflow_tracking.uri(),
+                    trained_model["registered_model"],
+                    trained_model["model_version"],
+                ),
+                record,
+            ],
+            PLOTTED_METRICS,
+        )
+        trend_md = "\n".join(trend_markdown(trend, metric) for metric in PLOTTED_METRICS)
+        mlflow.log_text(trend_md, "offline_eval/trend.md")
+        for metric in PLOTTED_METRICS:
+            mlflow.log_figure(trend_plot(trend, metric), f"offline_eval/trend_{metric}.png")
         overall = candidate[candidate["slice"] == "overall"].iloc[0]
         mlflow.log_metrics({f"benchmark_{m}": float(overall[m]) for m in PLOTTED_METRICS})
     context.add_output_metadata(
@@ -128,6 +154,7 @@ def offline_eval(
             "comparison": dg.MetadataValue.md(markdown),
             "baseline_accuracy": float(baseline_overall["occupancy_accuracy"]),
             "baseline_lead_gap_mae_m": float(baseline_overall["lead_gap_mae_m"]),
+            "slice_trend": dg.MetadataValue.md(trend_md),
         }
     )
     return {
