@@ -24,6 +24,7 @@ from aiinfra_pipelines.ingest.partitions import BatchRef
 from .daemon import DaemonProcess
 from .fleet_cycle import batch_name, drive_and_upload, fleet_assignment
 from .overlay import demo_settings, use_demo_resources
+from .report import DemoSummary, cycle_record
 from .summary import (
     CycleWindow,
     print_data_summary,
@@ -90,6 +91,7 @@ def run_demo(
         max_restarts=int(settings["daemon_restarts"]),
         on_restart=lambda message: console.print(f"[yellow]{message}[/]"),
     )
+    summary = DemoSummary(dagster_home() / "demo" / "summary.json")
     with daemon_process as daemon:
         for cycle in range(1, cycles + 1):
             cycle_started = time.monotonic()
@@ -114,6 +116,7 @@ def run_demo(
                 f"landed {len(upload.logs.keys)} log(s) and {upload.telemetry.records} telemetry "
                 f"record(s) on [cyan]{upload.logs.branch}[/]"
             )
+            landed_at = time.time()
             landed = [BatchRef(upload.logs.branch, upload.logs.commit).partition_key]
             runs = wait_for_ingest(instance, landed, daemon, deadline, console)
             print_data_summary(lake, upload, runs, console)
@@ -125,10 +128,26 @@ def run_demo(
             wait_until_quiet(instance, lake, daemon, deadline, console, float(settings["settle_s"]))
             version = print_training_summary(instance, lake, window, console)
             print_release_summary(instance, lake, window, version, console)
-            console.print(f"cycle {cycle} took {time.monotonic() - cycle_started:.0f}s")
+            cycle_s = time.monotonic() - cycle_started
+            summary.add(
+                cycle_record(
+                    instance,
+                    lake,
+                    cycle=cycle,
+                    upload=upload,
+                    window=window,
+                    landed_at=landed_at,
+                    version=version,
+                    cycle_s=cycle_s,
+                ),
+                total_s=time.monotonic() - started,
+            )
+            console.print(f"cycle {cycle} took {cycle_s:.0f}s")
+    summary.write(total_s=time.monotonic() - started)
     console.print(Rule())
     console.print(
-        f"demo finished in {time.monotonic() - started:.0f}s. Open the UI with "
+        f"demo finished in {time.monotonic() - started:.0f}s; figures in {summary.path}. "
+        "Open the UI with "
         f"[bold]make ui[/] (DAGSTER_HOME={dagster_home()}, AIINFRA_RESOURCES={resources}); "
         "a full rollout needs an approval: materialize `rollout` with config "
         "{model_version, approved_by} in the UI's launchpad."

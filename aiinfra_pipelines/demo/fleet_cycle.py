@@ -98,6 +98,7 @@ class FleetUpload:
     telemetry: LandedTelemetry
     drives: int
     candidate_drives: int
+    frames: int  # camera frames in the landed logs (a corrupted copy counts its original's)
 
 
 def drive_and_upload(
@@ -125,6 +126,8 @@ def drive_and_upload(
     )
     uploads = [(log_id, data) for log_id, data, _ in logs]
     uploads += [(f"{log_id}-truncated", corrupt(data)) for log_id, data in uploads[:faulty_logs]]
+    frames = sum(len(log.frames) for _, _, log in logs)
+    frames += sum(len(log.frames) for _, _, log in logs[:faulty_logs])
     landed = land_batch(
         lake,
         batch_id,
@@ -146,7 +149,7 @@ def drive_and_upload(
     ]
     telemetry = land_telemetry(lake, batch_id, records, metadata={"seed": str(seed)})
     candidate_drives = sum(assignment.cohort.get(d.vehicle.vin) == CANDIDATE for d in drives)
-    return FleetUpload(landed, telemetry, len(drives), candidate_drives)
+    return FleetUpload(landed, telemetry, len(drives), candidate_drives, frames)
 
 
 def batch_name(cycle: int, seed: int) -> str:

@@ -113,7 +113,8 @@ def print_mining_summary(lake: VersionedLake, partitions: list[str], console: Co
     )
 
 
-def _report(lake: VersionedLake, version: str, gate: str) -> dict | None:
+def candidate_report(lake: VersionedLake, version: str, gate: str) -> dict | None:
+    """One gate's report of a candidate on ``main`` (None until published)."""
     key = f"candidates/{version}/reports/{gate}.json"
     return lake.get_json(MAIN_BRANCH, key) if lake.object_exists(MAIN_BRANCH, key) else None
 
@@ -144,7 +145,7 @@ def print_training_summary(
     console.print(f"offline gate passed: {evaluation.get('passed')}")
     if version is None:
         return None
-    parity = _report(lake, version, "engine_parity")
+    parity = candidate_report(lake, version, "engine_parity")
     if parity:
         for engine, entry in sorted((parity.get("engines") or {}).items()):
             worst = entry.get("worst") if isinstance(entry, dict) else None
@@ -155,7 +156,7 @@ def print_training_summary(
                 else "no gated slice"
             )
             console.print(f"[bold]engine parity[/] {engine} vs fp32: {shown}")
-    benchmark = _report(lake, version, "engine_benchmark")
+    benchmark = candidate_report(lake, version, "engine_benchmark")
     if benchmark:
         for precision, stats in sorted((benchmark.get("engines") or {}).items()):
             console.print(
@@ -176,16 +177,16 @@ def print_release_summary(
     console: Console,
 ) -> None:
     if version is not None:
-        simulation = _report(lake, version, "regression_simulation")
+        simulation = candidate_report(lake, version, "regression_simulation")
         if simulation:
-            aggregate = simulation.get("aggregate", {})
+            figures = simulation.get("summary", {})
             console.print(
                 f"[bold]regression simulation[/] model version {version}: "
-                f"{'passed' if simulation['passed'] else 'refused'}; candidate passes "
-                f"{aggregate.get('candidate_passed')}/{aggregate.get('scenarios')} scenarios, "
-                f"production {aggregate.get('production_passed')}; collisions "
-                f"{aggregate.get('candidate_collisions')} vs "
-                f"{aggregate.get('production_collisions')}"
+                f"{'passed' if simulation['passed'] else 'refused'}; at-fault collisions over "
+                f"{figures.get('scenarios')} scenarios × {figures.get('seeds_per_scenario')} "
+                f"seeds: candidate {figures.get('candidate_at_fault')}, production "
+                f"{figures.get('production_at_fault')}, oracle {figures.get('oracle_at_fault')}, "
+                f"model zero {figures.get('model_zero_at_fault')}"
             )
             for failure in simulation.get("failures", [])[:5]:
                 console.print(f"  [yellow]{escape(str(failure))}[/]")

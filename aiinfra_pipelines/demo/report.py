@@ -1,0 +1,198 @@
+"""``dagster_home/demo/summary.json``: what each cycle of the demo achieved, as numbers.
+
+The printed summary is for a person; this file is for comparing runs (another seed, another
+fleet size, another recipe). Each figure is read where an operator would find it — the lake on
+``main`` (scene index, quarantine, candidate reports, certificate, rollout state) and Dagster's
+run history (the training run's offline evaluation, step times for the cost ledger) — never
+from what the demo believes it asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+
+from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
+from aiinfra_pipelines.lake.io_manager import asset_object_base
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH, read_ref
+from aiinfra_pipelines.operations.cost_ledger import (
+    LedgerSettings,
+    ledger_by_group,
+    loop_asset_groups,
+    run_step_costs,
+)
+from aiinfra_pipelines.release.certificate import certificate_key
+from aiinfra_pipelines.release.rollout import read_state
+
+from .fleet_cycle import FleetUpload
+from .summary import CycleWindow, candidate_report
+
+OFFLINE_EVAL = dg.AssetKey("offline_eval")
+CERTIFIED_ENGINE = dg.AssetKey("certified_engine")
+
+
+@dataclass
+class DemoSummary:
+    """The file's content, kept up to date cycle by cycle (a killed demo keeps what it did)."""
+
+    path: Path
+    cycles: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, cycle: dict[str, Any], total_s: float) -> None:
+        self.cycles.append(cycle)
+        self.write(total_s)
+
+    def write(self, total_s: float) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = {"total_s": round(total_s, 1), "cycles": self.cycles}
+        self.path.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return round(number, 4) if math.isfinite(number) else None
+
+
+def _offline_eval(lake: VersionedLake, run: dg.DagsterRun | None) -> dict[str, Any] | None:
+    """The training run's ``offline_eval`` value: on ``main`` once published, else its branch."""
+    if run is None:
+        return None
+    key = asset_object_base(OFFLINE_EVAL, None) + ".json"
+    ref = read_ref(lake, run.root_run_id or run.run_id)
+    if not lake.object_exists(ref, key):
+        return None
+    value = lake.get_json(ref, key)
+    return value if value.get("mlflow_run_id") else None
+
+
+def benchmark_figures(evaluation: dict[str, Any] | None) -> dict[str, Any]:
+    """Overall scores, the worst gated slice and the no-camera baseline of one candidate."""
+    if not evaluation:
+        return {}
+    rows = evaluation.get("candidate") or []
+    overall = next((r for r in rows if r.get("slice") == "overall"), {})
+    min_frames = int(load_resource_yaml("gates.yaml")["offline"]["min_slice_frames"])
+    gated = [
+        r
+        for r in rows
+        if r.get("slice") != "overall"
+        and int(r.get("frames") or 0) >= min_frames
+        and _finite(r.get("occupancy_accuracy")) is not None
+    ]
+    worst = min(gated, key=lambda r: float(r["occupancy_accuracy"]), default=None)
+    baseline = next(
+        (r for r in evaluation.get("baseline") or [] if r.get("slice") == "overall"), {}
+    )
+    return {
+        "accuracy": _finite(overall.get("occupancy_accuracy")),
+        "f1": _finite(overall.get("occupancy_f1")),
+        "lead_gap_mae_m": _finite(overall.get("lead_gap_mae_m")),
+        "worst_slice": worst["slice"] if worst else None,
+        "worst_slice_accuracy": _finite(worst["occupancy_accuracy"]) if worst else None,
+        "baseline_accuracy": _finite(baseline.get("occupancy_accuracy")),
+        "baseline_lead_gap_mae_m": _finite(baseline.get("lead_gap_mae_m")),
+        "frames": int(overall.get("frames") or 0),
+        "slices": {
+            str(r["slice"]): _finite(r.get("occupancy_accuracy"))
+            for r in rows
+            if r.get("slice") != "overall"
+        },
+    }
+
+
+def simulation_figures(lake: VersionedLake, version: str | None) -> dict[str, Any]:
+    report = candidate_report(lake, version, "regression_simulation") if version else None
+    if not report:
+        return {}
+    summary = report.get("summary") or {}
+    return {
+        "passed": bool(report.get("passed")),
+        "candidate_at_fault": summary.get("candidate_at_fault"),
+        "production_at_fault": summary.get("production_at_fault"),
+        "oracle_at_fault": summary.get("oracle_at_fault"),
+        "model_zero_at_fault": summary.get("model_zero_at_fault"),
+        "scenarios": summary.get("scenarios"),
+        "episodes": summary.get("episodes"),
+        "seeds_per_scenario": summary.get("seeds_per_scenario"),
+    }
+
+
+def _certified_at(instance: dg.DagsterInstance, window: CycleWindow) -> float | None:
+    """When this cycle's engine was certified: the certification step's materialization."""
+    records = instance.fetch_materializations(CERTIFIED_ENGINE, limit=5).records
+    times = [r.timestamp for r in records if r.timestamp >= window.started]
+    return min(times) if times else None
+
+
+def compute_seconds_by_stage(instance: dg.DagsterInstance, window: CycleWindow) -> dict[str, float]:
+    """CPU + GPU step seconds per asset group over the cycle's finished runs (cost ledger)."""
+    settings = LedgerSettings.load()
+    groups = loop_asset_groups()
+    rows = [
+        row
+        for run in window.runs(instance)
+        if run.is_finished
+        for row in run_step_costs(instance, run, groups, settings)
+    ]
+    table = ledger_by_group(pd.DataFrame(rows))
+    return {
+        str(r.group): round(float(r.cpu_seconds) + float(r.gpu_seconds), 1)
+        for r in table.itertuples()
+    }
+
+
+def cycle_record(
+    instance: dg.DagsterInstance,
+    lake: VersionedLake,
+    *,
+    cycle: int,
+    upload: FleetUpload,
+    window: CycleWindow,
+    landed_at: float,
+    version: str | None,
+    cycle_s: float,
+) -> dict[str, Any]:
+    """One entry of ``cycles`` in summary.json."""
+    branch = upload.logs.branch
+    index = scene_index_view(lake)
+    accepted = int((index["source_branch"] == branch).sum()) if not index.empty else 0
+    quarantine = quarantine_view(lake)
+    quarantined = int((quarantine["source_branch"] == branch).sum()) if not quarantine.empty else 0
+    training = window.runs(instance, "training_cycle")
+    certified = bool(version) and lake.object_exists(MAIN_BRANCH, certificate_key(version))
+    rollout = read_state(lake, version) if version else None
+    certified_at = _certified_at(instance, window) if certified else None
+    return {
+        "cycle": cycle,
+        "frames_landed": upload.frames,
+        "frames_accepted": accepted,
+        "logs_landed": len(upload.logs.keys),
+        "logs_quarantined": quarantined,
+        "model_version": version,
+        "benchmark": benchmark_figures(_offline_eval(lake, training[0] if training else None)),
+        "simulation": simulation_figures(lake, version),
+        "certified": certified,
+        "rollout": {
+            "stage": rollout.get("stage") if rollout else None,
+            "status": rollout.get("status") if rollout else None,
+        },
+        "kpis": {
+            "frames_published_share": round(accepted / upload.frames, 4) if upload.frames else 0,
+            "landing_to_certified_s": (
+                round(certified_at - landed_at, 1) if certified_at is not None else None
+            ),
+            "compute_s_by_stage": compute_seconds_by_stage(instance, window),
+        },
+        "cycle_s": round(cycle_s, 1),
+    }
