@@ -323,29 +323,15 @@ def test_report_refuses_shards_of_different_candidates(cycle):
     assert lake.get_json(MAIN_BRANCH, report_key("2")) == before  # main untouched
 
 
-def test_library_rebuild_never_drops_scenarios(cycle, test_resources):
-    lake, resources, instance = cycle["lake"], cycle["resources"], cycle["instance"]
-    before = lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
-    moved = test_resources / "cruise.yaml.removed"
-    (test_resources / "scenarios" / "cruise.yaml").rename(moved)
-    try:
-        publish_fleet_tables(lake, [LogSpec("log-c-new", lighting="night")], "fleet-tables-2")
-        assert materialize(instance, resources, "scenario_library").success
-    finally:
-        moved.rename(test_resources / "scenarios" / "cruise.yaml")
-    after = lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
-    before_ids = {e["id"] for e in before["scenarios"]}
-    after_by_id = {e["id"]: e for e in after["scenarios"]}
-    assert before_ids < set(after_by_id)
-    assert "log-log-c-new" in after_by_id
-    assert after_by_id["cruise"]["orphaned"] is True  # its file is gone; the scenario stays
-    assert after["library_version"] == before["library_version"] + 1
-    kept = {e["id"]: e["first_failed_by"] for e in before["scenarios"]}
-    assert all(after_by_id[i]["first_failed_by"] == kept[i] for i in kept)
+def test_a_candidate_identical_to_production_is_certified_by_the_regression_report(
+    cycle, sensor_cycle
+):
+    """A/A through the assets: production released, a candidate with the same engine bytes.
 
-
-def test_a_candidate_identical_to_production_is_certified_by_the_regression_report(cycle):
-    """A/A through the assets: production released, a candidate with the same engine bytes."""
+    Runs on the library the earlier cycles simulated (``sensor_cycle`` warmed the oracle and
+    model-zero outcomes of every scenario) and before the library rebuild adds a scenario no
+    planner has driven yet, so the only episodes left to simulate are the shared engine's.
+    """
     lake = cycle["lake"]
     engine = perception_net_onnx(seed=11)
     key = "release/engines/v4.onnx"
@@ -370,6 +356,30 @@ def test_a_candidate_identical_to_production_is_certified_by_the_regression_repo
     # One engine in two roles is simulated once: oracle and model zero come from the cache.
     for shard in SHARDS:
         record = lake.get_json(MAIN_BRANCH, shard_result_key(shard))
+        assert record["candidate_engine_sha256"] == record["production_engine_sha256"]
+        for row in record["scenarios"]:
+            assert row["cached"]["oracle"] and row["cached"]["model_zero"], row["scenario_id"]
         assert record["simulated_runs"] <= len(record["scenarios"]) * record["seeds_per_scenario"]
     [evaluation] = result.get_asset_check_evaluations()
     assert evaluation.passed is True
+
+
+def test_library_rebuild_never_drops_scenarios(cycle, test_resources):
+    lake, resources, instance = cycle["lake"], cycle["resources"], cycle["instance"]
+    before = lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
+    moved = test_resources / "cruise.yaml.removed"
+    (test_resources / "scenarios" / "cruise.yaml").rename(moved)
+    try:
+        publish_fleet_tables(lake, [LogSpec("log-c-new", lighting="night")], "fleet-tables-2")
+        assert materialize(instance, resources, "scenario_library").success
+    finally:
+        moved.rename(test_resources / "scenarios" / "cruise.yaml")
+    after = lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
+    before_ids = {e["id"] for e in before["scenarios"]}
+    after_by_id = {e["id"]: e for e in after["scenarios"]}
+    assert before_ids < set(after_by_id)
+    assert "log-log-c-new" in after_by_id
+    assert after_by_id["cruise"]["orphaned"] is True  # its file is gone; the scenario stays
+    assert after["library_version"] == before["library_version"] + 1
+    kept = {e["id"]: e["first_failed_by"] for e in before["scenarios"]}
+    assert all(after_by_id[i]["first_failed_by"] == kept[i] for i in kept)
