@@ -1,9 +1,10 @@
-"""A pool of worker processes that a batch run streams its logs through.
+"""A pool of worker processes for CPU-bound Python work: ingesting logs, driving the fleet.
 
-Decoding, validating and anonymizing a log is CPU-bound Python: threads would share one core.
-Each worker takes one log at a time and hands back only a small summary (never the pixels), so
-a batch of any size needs about ``workers + 1`` logs' worth of memory. Results come back in
-input order as they finish, so the caller can report progress while the pool works.
+Decoding and validating a log, or stepping highway-env, is CPU-bound Python: threads would
+share one core. Each worker takes one item at a time and should hand back only a small result
+(an ingest worker returns a verdict, never the pixels), so memory stays bounded by the number
+of workers. Results come back in input order as they finish, so the caller can report progress
+while the pool works.
 """
 
 from __future__ import annotations
@@ -50,15 +51,16 @@ class PoolSettings:
     min_items_for_pool: int
 
     @classmethod
-    def load(cls) -> PoolSettings:
-        config = load_resource_yaml("ingest.yaml")["workers"]
+    def load(cls, resource_file: str, section: str = "workers") -> PoolSettings:
+        """From a ``workers`` block (``count``, ``start_method``, ``min_items_for_pool``)."""
+        config = load_resource_yaml(resource_file)[section]
         count = int(config["count"])
         if count < 0:
-            raise ValueError(f"ingest.yaml workers.count must be >= 0, got {count}")
+            raise ValueError(f"{resource_file} {section}.count must be >= 0, got {count}")
         return cls(
             workers=count or available_cores(),
             start_method=str(config["start_method"]),
-            min_items_for_pool=int(config["min_logs_for_pool"]),
+            min_items_for_pool=int(config["min_items_for_pool"]),
         )
 
 

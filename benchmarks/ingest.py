@@ -37,11 +37,11 @@ from aiinfra_pipelines.fleet.landing import land_batch
 from aiinfra_pipelines.ingest.batch import ingest_batch
 from aiinfra_pipelines.ingest.discovery import dump_cursor
 from aiinfra_pipelines.ingest.partitions import BatchRef
-from aiinfra_pipelines.ingest.pool import PoolSettings
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.logs.writer import encode_drive_log
+from aiinfra_pipelines.parallel import PoolSettings
 from aiinfra_pipelines.sensors.ingest_sensor import lakefs_ingest_sensor
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -180,7 +180,7 @@ def main() -> None:
     ]
     megabytes = sum(map(len, files)) / 1e6
     total_frames = args.logs * args.frames
-    pool = PoolSettings.load()
+    pool = PoolSettings.load("ingest.yaml")
     say(f"{args.logs} logs, {total_frames} frames, {megabytes:.1f} MB of MCAP, one batch")
 
     started = time.perf_counter()

@@ -40,6 +40,7 @@ from aiinfra_pipelines.fleet.triggers import (
 )
 from aiinfra_pipelines.fleet.vehicles import Vehicle, build_fleet, city_by_name, local_to_gps
 from aiinfra_pipelines.logs.model import METADATA_SCHEMA_VERSION, DriveLog, Frame
+from aiinfra_pipelines.parallel import PoolSettings, map_in_pool, worker_state
 
 NS_PER_S = 1_000_000_000
 ProgressCallback = Callable[[int, int], None]
@@ -169,18 +170,21 @@ def drive_fleet(
     trig = triggers or load_trigger_config()
     vehicles = build_fleet(n_vehicles, software_version, cfg)
     plan = plan_conditions([v.city for v in vehicles], episodes, seed, cfg)
-    total = n_vehicles * episodes
-    logs: list[DriveLog] = []
-    done = 0
+    jobs = []
     for vehicle, row in zip(vehicles, plan, strict=True):
         engine = engine_for_vehicle(vehicle) if engine_for_vehicle is not None else None
         shadow = shadow_for_vehicle(vehicle) if shadow_for_vehicle is not None else None
         if engine is not None:
             vehicle = replace(vehicle, software_version=str(engine.name))
-        for episode_index, conditions in enumerate(row):
-            drive = drive_episode_with_metrics(
-                vehicle, episode_index, seed, conditions, cfg, trig, engine, shadow
-            )
+        jobs.append(_VehicleJob(vehicle, list(row), seed, engine, shadow))
+    total = n_vehicles * episodes
+    logs: list[DriveLog] = []
+    done = 0
+    # Cars drive independently: one per worker process (highway-env is single-threaded Python).
+    # Results come back in fleet order, so the logs and telemetry do not depend on the pool.
+    pool = PoolSettings.load("fleet.yaml", "drive_workers")
+    for drives in map_in_pool(_drive_vehicle, jobs, {"config": cfg, "triggers": trig}, pool):
+        for drive in drives:
             logs.extend(drive.logs)
             if on_episode is not None:
                 on_episode(drive)
@@ -188,6 +192,34 @@ def drive_fleet(
             if on_progress is not None:
                 on_progress(done, total)
     return logs
+
+
+@dataclass(frozen=True)
+class _VehicleJob:
+    """One car's drives for :func:`drive_fleet`'s pool (picklable: engines send ONNX bytes)."""
+
+    vehicle: Vehicle
+    conditions: list[Conditions]
+    seed: int
+    engine: Engine | None
+    shadow: Engine | None
+
+
+def _drive_vehicle(job: _VehicleJob) -> list[EpisodeDrive]:
+    state = worker_state()
+    return [
+        drive_episode_with_metrics(
+            job.vehicle,
+            episode_index,
+            job.seed,
+            conditions,
+            state["config"],
+            state["triggers"],
+            job.engine,
+            job.shadow,
+        )
+        for episode_index, conditions in enumerate(job.conditions)
+    ]
 
 
 def _record_episode(

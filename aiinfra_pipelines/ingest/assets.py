@@ -27,6 +27,7 @@ from aiinfra_pipelines.lake.publish import (
     root_run_id_of,
     run_branch_name,
 )
+from aiinfra_pipelines.parallel import PoolSettings
 
 from .batch import (
     ACCEPTED,
@@ -42,7 +43,6 @@ from .batch import (
 from .discovery import batch_log_keys
 from .expectations import suite_names
 from .partitions import BatchRef, ingest_batch_partitions
-from .pool import PoolSettings
 from .resources import AnonymizationKey
 
 GROUP = "ingest"
@@ -171,7 +171,7 @@ def ingest_batch_logs(
     batch = BatchRef(drive_logs["branch"], drive_logs["commit"])
     run_branch = ensure_run_branch(lake, root_run_id(context))
     main_ref = lake.resolve_ref(MAIN_BRANCH)
-    pool = PoolSettings.load()
+    pool = PoolSettings.load("ingest.yaml")
     context.log.info(f"{len(drive_logs['logs'])} logs on {pool.workers} worker(s)")
     result = ingest_batch(
         lake,

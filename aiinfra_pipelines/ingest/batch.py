@@ -23,9 +23,9 @@ from aiinfra_pipelines.lake.io_manager import DATA_PREFIX, parquet_bytes
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.logs.anonymize import anonymize_log
 from aiinfra_pipelines.logs.validation import validate_drive_log
+from aiinfra_pipelines.parallel import PoolSettings, map_in_pool, worker_state
 
 from .partitions import BatchRef, LogLocation
-from .pool import PoolSettings, map_in_pool, worker_state
 from .quarantine import quarantine_key, quarantine_record
 from .tables import frames_table, scene_index_table, trigger_rule_names
 

@@ -12,11 +12,11 @@ from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import read_ref, root_run_id_of
 from aiinfra_pipelines.logs.anonymize import find_pii_leaks
 from aiinfra_pipelines.logs.reader import read_drive_log
+from aiinfra_pipelines.parallel import PoolSettings, map_in_pool, worker_state
 
 from .assets import audited_object_key
 from .expectations import run_suite, suite_names
 from .partitions import ingest_batch_partitions
-from .pool import PoolSettings, map_in_pool, worker_state
 
 LEAKS_LISTED = 10
 
@@ -66,7 +66,9 @@ def anonymized_frames_have_no_pii(
     ]
     leaks = [
         leak
-        for found in map_in_pool(pii_leaks_of_log, jobs, {"lake": lake}, PoolSettings.load())
+        for found in map_in_pool(
+            pii_leaks_of_log, jobs, {"lake": lake}, PoolSettings.load("ingest.yaml")
+        )
         for leak in found
     ]
     _record(context, lake, "anonymized_frames", "anonymized_frames_have_no_pii", not leaks)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -51,7 +51,12 @@ def outputs_to_predictions(
 
 
 class OnnxRuntimeEngine:
-    """An ONNX model on onnxruntime's CPU provider, run in fixed-size batches."""
+    """An ONNX model on onnxruntime's CPU provider, run in fixed-size batches.
+
+    Picklable, so a pool of worker processes (the fleet drives cars in parallel) can receive
+    it: pickling sends the model bytes and the copy builds its own session. Workers must be
+    spawned, not forked — onnxruntime's global thread pools do not survive ``fork``.
+    """
 
     def __init__(
         self,
@@ -62,17 +67,29 @@ class OnnxRuntimeEngine:
         batch_size: int = 64,
         intra_op_threads: int = 0,
     ) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        self._session = ort.InferenceSession(
-            onnx_bytes, sess_options=options, providers=["CPUExecutionProvider"]
-        )
+        self._onnx_bytes = onnx_bytes
+        self._intra_op_threads = intra_op_threads
         self.spec = spec
         self.name = name
         self.batch_size = batch_size
         self.sha256 = hashlib.sha256(onnx_bytes).hexdigest()
+        self._session = self._build_session()
+
+    def _build_session(self) -> Any:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self._intra_op_threads
+        return ort.InferenceSession(
+            self._onnx_bytes, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_session"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._session = self._build_session()
 
     def run_raw(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         occupancy, lead_gap = self._session.run(
