@@ -9,7 +9,10 @@ since their numbers are not strictly comparable.
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -124,7 +127,6 @@ def earlier_records(tracking_uri: str, registered_model: str, version: str) -> l
 
     A version evaluated before the trend existed (or never evaluated) simply has no record.
     """
-    import mlflow
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -133,12 +135,12 @@ def earlier_records(tracking_uri: str, registered_model: str, version: str) -> l
     for found in client.search_model_versions(f"name = '{registered_model}'"):
         if _version_key(str(found.version)) >= _version_key(str(version)) or not found.run_id:
             continue
-        try:
-            records.append(
-                mlflow.artifacts.load_dict(
-                    f"runs:/{found.run_id}/{TREND_ARTIFACT}", tracking_uri=tracking_uri
-                )
-            )
-        except (MlflowException, OSError):
-            continue
+        # Through this client, so the record comes from this tracking server (MLflow 3's
+        # artifacts.load_dict only knows the process-wide tracking URI).
+        with tempfile.TemporaryDirectory() as folder:
+            try:
+                path = client.download_artifacts(found.run_id, TREND_ARTIFACT, folder)
+            except (MlflowException, OSError):
+                continue
+            records.append(json.loads(Path(path).read_text()))
     return records

@@ -69,3 +69,26 @@ def test_a_slice_new_in_a_later_version_shows_a_gap_and_the_plot_draws_every_sli
     assert sorted(labels) == ["night/fog/highway", "overall"]
     with pytest.raises(ValueError, match="no occupancy_f1"):
         trend_plot(trend, "occupancy_f1")
+
+
+def test_earlier_records_are_read_from_the_given_tracking_store(tmp_path):
+    """Records come from the named MLflow store (a temp sqlite one), only for earlier versions."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from aiinfra_pipelines.evaluation.trend import TREND_ARTIFACT, earlier_records
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    experiment = client.create_experiment("trend", artifact_location=str(tmp_path / "art"))
+    client.create_registered_model("perception")
+    for version in ("1", "2", "3"):
+        run = client.create_run(experiment)
+        record = {"version": version, "benchmark_version": "b1", "slices": []}
+        client.log_dict(run.info.run_id, record, TREND_ARTIFACT)
+        client.create_model_version("perception", f"runs:/{run.info.run_id}/m", run.info.run_id)
+    assert mlflow.get_tracking_uri() != uri  # nothing process-wide points at that store
+
+    records = earlier_records(uri, "perception", "3")
+
+    assert sorted(r["version"] for r in records) == ["1", "2"]
