@@ -67,6 +67,10 @@ def _short_training(name: str, config: dict) -> None:
     if name == "training.yaml":
         config["max_epochs"] = 3
         config["data"]["num_workers"] = 0
+    if name == "gates.yaml":
+        # Three epochs on eight drives: deployment is under test, not whether such a model
+        # beats the no-camera baselines (the first-release gate has its own tests).
+        config["offline"]["first_release"] = None
 
 
 def _zero_tolerance_parity(name: str, config: dict) -> None:

@@ -22,6 +22,7 @@ from aiinfra_pipelines.fleet.simulator import drive_fleet
 from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
+from aiinfra_pipelines_tests.config_copies import WITHOUT_FIRST_RELEASE_FLOORS, resources_with
 
 from .helpers import all_assets_and_checks, ingest_and_mine, loop_resources, run_training_cycle
 
@@ -42,7 +43,10 @@ def loop(tmp_path_factory):
     lake = LocalLake(root=str(workdir / "lake"))
     lake.ensure_repository()
     resources = loop_resources(lake, workdir)
-    with dg.instance_for_test(temp_dir=str(workdir / "home")) as instance:
+    with (
+        resources_with(workdir / "resources-mechanics", WITHOUT_FIRST_RELEASE_FLOORS),
+        dg.instance_for_test(temp_dir=str(workdir / "home")) as instance,
+    ):
         partitions = ingest_and_mine(instance, resources, "loop", drive_fleet(4, 3, seed=11))
         first = run_training_cycle(instance, resources)
         yield {
