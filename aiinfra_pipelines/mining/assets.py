@@ -48,6 +48,11 @@ def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+def _rows_by_log(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``table``'s rows per ``log_id``, split once (not filtered again for every log)."""
+    return dict(tuple(table.groupby("log_id", sort=False))) if len(table) else {}
+
+
 @dg.asset(
     partitions_def=ingest_batch_partitions,
     group_name=GROUP,
@@ -66,10 +71,11 @@ def auto_labels(
     Frames whose labellers disagree beyond the threshold are ``held_back`` and never trained on.
     """
     spec = perception_spec()
+    index_by_log = _rows_by_log(scene_index)
     parts = []
     for frames in _frames_per_log(lake, context, anonymized_frames):
         occupancy, lead_gap = ground_truth_labels(frames, spec)
-        index = scene_index[scene_index["log_id"] == frames["log_id"].iloc[0]]
+        index = index_by_log[frames["log_id"].iloc[0]]
         qc = label_agreement(frames, spec, index=index, teacher_labels=(occupancy, lead_gap))
         parts.append(
             qc.assign(
@@ -82,8 +88,9 @@ def auto_labels(
     if labels.empty:
         context.add_output_metadata({"frames": 0, "note": "no accepted frames in the batch"})
         return labels
-    summary = qc_summary(qc)
-    held_back = held_back_frames(qc)[["log_id", "frame_index", "agreement", "reason"]]
+    # The whole batch's QC (every log), not the last log's.
+    summary = qc_summary(labels)
+    held_back = held_back_frames(labels)[["log_id", "frame_index", "agreement", "reason"]]
     context.add_output_metadata(
         {
             "frames": len(labels),
@@ -116,25 +123,19 @@ def _previous_result(
 
 
 def _mine_log(
-    deployed: Any, frames: pd.DataFrame, scene_index: pd.DataFrame, auto_labels: pd.DataFrame
+    deployed: Any, frames: pd.DataFrame, index: pd.DataFrame, labels: pd.DataFrame
 ) -> pd.DataFrame:
     """One log's badcases: the engine over its frames against its teacher labels."""
     spec = perception_spec()
-    log_id = frames["log_id"].iloc[0]
-    labels_of_log = (
-        auto_labels[auto_labels["log_id"] == log_id]
-        .set_index("frame_index")
-        .loc[frames["frame_index"]]
-    )
+    labels_of_log = labels.set_index("frame_index").loc[frames["frame_index"]]
     predictions = run_engine_over_frames(deployed.engine, frames, spec)
-    labels = (
+    targets = (
         np.asarray(labels_of_log["occupancy"].tolist(), dtype=np.float32).reshape(
             len(labels_of_log), 3, spec.bins
         ),
         labels_of_log["lead_gap_norm"].to_numpy(dtype=np.float32),
     )
-    index = scene_index[scene_index["log_id"] == log_id]
-    return mine_badcases(frames, index, predictions, labels, spec=spec)
+    return mine_badcases(frames, index, predictions, targets, spec=spec)
 
 
 @dg.asset(
@@ -164,8 +165,14 @@ def mined_badcases(
             {"inference": "skipped: already mined with this engine", "badcases": len(previous)}
         )
         return previous
+    index_by_log, labels_by_log = _rows_by_log(scene_index), _rows_by_log(auto_labels)
     parts = [
-        _mine_log(deployed, frames, scene_index, auto_labels)
+        _mine_log(
+            deployed,
+            frames,
+            index_by_log[frames["log_id"].iloc[0]],
+            labels_by_log[frames["log_id"].iloc[0]],
+        )
         for frames in _frames_per_log(lake, context, anonymized_frames)
     ]
     badcases = (
