@@ -22,7 +22,6 @@ from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import (
     MAIN_BRANCH,
     ensure_run_branch,
-    find_publish,
     publish_run_branch,
     root_run_id_of,
     run_branch_name,
@@ -240,23 +239,23 @@ def published_ingest(
     run_root = root_run_id(context)
     counts = validated_drive_logs["verdict"].value_counts().to_dict()
     summary = {f"logs_{verdict}": int(count) for verdict, count in counts.items()}
-    if not lake.branch_exists(run_branch_name(run_root)):
-        earlier = find_publish(lake, run_root)
-        if earlier is None:
-            raise RuntimeError(f"run {run_root} has no lake branch and never published {partition}")
-        return dg.MaterializeResult(metadata={"main_commit": earlier, "already_published": True})
-    judged = validated_drive_logs["verdict"].isin([ACCEPTED, QUARANTINED]).any()
-    if lake.object_exists(MAIN_BRANCH, batch_record_key(batch)) and not judged:
-        lake.delete_branch(run_branch_name(run_root))
-        context.log.info(f"{partition} was published by an earlier run; main is unchanged")
-        return dg.MaterializeResult(
-            metadata={
-                "main_commit": lake.resolve_ref(MAIN_BRANCH),
-                "already_published": True,
-                **summary,
-            }
-        )
-    verify_audits(lake, run_root, required_audits(partition), partition)
+    branch = run_branch_name(run_root)
+    retried_after_merge = not lake.branch_exists(branch)
+    if not retried_after_merge:
+        judged = validated_drive_logs["verdict"].isin([ACCEPTED, QUARANTINED]).any()
+        if lake.object_exists(MAIN_BRANCH, batch_record_key(batch)) and not judged:
+            lake.delete_branch(branch)
+            context.log.info(f"{partition} was published by an earlier run; main is unchanged")
+            return dg.MaterializeResult(
+                metadata={
+                    "main_commit": lake.resolve_ref(MAIN_BRANCH),
+                    "already_published": True,
+                    **summary,
+                }
+            )
+        verify_audits(lake, run_root, required_audits(partition), partition)
+    # Without its branch, a retry after this run's merge went through: publish_run_branch
+    # returns that merge (and raises if the run never published anything).
     merge_commit = publish_run_branch(
         lake,
         run_root,
@@ -275,6 +274,7 @@ def published_ingest(
             "main_commit": merge_commit,
             "source_commit": batch.commit,
             "lake_ref": f"lakefs://{lake.repository}/{merge_commit}",
+            "already_published": retried_after_merge,
             **summary,
         }
     )
