@@ -90,6 +90,16 @@ def moved_ingest_branches(
     return moved, next_cursor
 
 
+def _changed_log_keys(lake: VersionedLake, commit: CommitInfo) -> list[str]:
+    """Drive-log keys ``commit`` added or changed against its first parent, as stored, sorted."""
+    if commit.parents:
+        changes = lake.diff(commit.parents[0], commit.id, prefix=LOG_PREFIX)
+        candidates = [c.key for c in changes if c.type != "removed"]
+    else:  # a root commit: everything it holds
+        candidates = [stat.key for stat in lake.list_objects(commit.id, prefix=LOG_PREFIX)]
+    return sorted(k for k in candidates if is_drive_log_key(k))
+
+
 def commit_log_keys(
     lake: VersionedLake, commit: CommitInfo, skipped: list[str] | None = None
 ) -> list[str]:
@@ -97,13 +107,8 @@ def commit_log_keys(
 
     Keys the lake cannot address are left out and described in ``skipped``.
     """
-    if commit.parents:
-        changes = lake.diff(commit.parents[0], commit.id, prefix=LOG_PREFIX)
-        candidates = [c.key for c in changes if c.type != "removed"]
-    else:  # a root commit: everything it holds
-        candidates = [stat.key for stat in lake.list_objects(commit.id, prefix=LOG_PREFIX)]
     keys = []
-    for key in sorted(k for k in candidates if is_drive_log_key(k)):
+    for key in _changed_log_keys(lake, commit):
         try:
             validate_key(key)
         except InvalidKeyError as error:
@@ -139,7 +144,9 @@ def _new_commits(
         if not wanted:
             break
         commits.append(commit)
-        wanted -= set(commit_log_keys(lake, commit))
+        # Every landed key counts, addressable or not: an odd key must not make the walk run
+        # on through main's whole history.
+        wanted -= set(_changed_log_keys(lake, commit))
     return list(reversed(commits))
 
 
