@@ -230,6 +230,9 @@ def run_episode(
         render_frame,
     )
 
+    from aiinfra_pipelines.fleet.camera import EgoCamera
+
+    camera = EgoCamera.from_config(cfg["camera"])
     reader = GroundTruthReader(cfg)
     trace = _Trace()
     done = False
@@ -246,7 +249,7 @@ def run_episode(
             )
             for step in range(setup.max_steps + 1):
                 started = time.perf_counter()
-                image = render_frame(env) if needs_frame else None
+                image = render_frame(env, camera) if needs_frame else None
                 ego = ego_state(env)
                 others = reader.read(env, image)  # paints plates into image
                 speed = float(np.clip(ego.speed_mps, 0.0, max_speed))

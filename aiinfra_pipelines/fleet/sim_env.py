@@ -34,6 +34,7 @@ import numpy as np
 from highway_env import utils as he_utils
 from highway_env.envs.common.graphics import EnvViewer
 
+from aiinfra_pipelines.fleet.camera import EgoCamera
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
 from aiinfra_pipelines.logs.model import OtherVehicle
 
@@ -57,12 +58,13 @@ def env_config(road_type: str, config: FleetConfig | None = None) -> dict[str, A
     """The highway-env ``config`` dict for ``road_type``, built from fleet.yaml.
 
     All road types share one action space (DiscreteMetaAction with lateral and longitudinal
-    actions: intersection-v0 defaults to longitudinal only) and one camera.
+    actions: intersection-v0 defaults to longitudinal only) and one camera. highway-env renders
+    the camera's square, world-aligned canvas centred on ego (``camera.EgoCamera``).
     """
     cfg = fleet_config(config)
     sim = cfg["simulation"]
     road = sim["road_types"][road_type]
-    camera = cfg["camera"]
+    camera = EgoCamera.from_config(cfg["camera"])
     settings: dict[str, Any] = {
         "observation": dict(sim["observation"]),
         "action": {
@@ -74,10 +76,10 @@ def env_config(road_type: str, config: FleetConfig | None = None) -> dict[str, A
         "policy_frequency": int(sim["policy_frequency_hz"]),
         "simulation_frequency": int(sim["simulation_frequency_hz"]),
         "other_vehicles_type": str(sim["other_vehicles_type"]),
-        "screen_width": int(camera["width_px"]),
-        "screen_height": int(camera["height_px"]),
-        "scaling": float(camera["scaling_px_per_m"]),
-        "centering_position": [float(c) for c in camera["centering_position"]],
+        "screen_width": camera.canvas_px,
+        "screen_height": camera.canvas_px,
+        "scaling": camera.scaling_px_per_m,
+        "centering_position": [0.5, 0.5],
         "offscreen_rendering": True,
         "show_trajectories": False,
         "real_time_rendering": False,
@@ -137,16 +139,16 @@ def make_env(road_type: str, seed: int, config: FleetConfig | None = None) -> gy
     return env
 
 
-def render_frame(env: gym.Env) -> np.ndarray:
-    """The camera image of the current state (a fresh, writable H x W x 3 uint8 array).
+def render_frame(env: gym.Env, camera: EgoCamera) -> np.ndarray:
+    """The front camera image of the current state (a fresh, writable H x W x 3 uint8 array).
 
     ``env.render()`` also arms highway-env's "automatic rendering" of every intermediate
     physics step during the next ``env.step``; those frames are never recorded, so disarm it
     (it would double the rendering cost).
     """
-    image = np.ascontiguousarray(env.render())
+    canvas = env.render()
     env.unwrapped.enable_auto_render = False
-    return image
+    return camera.image_from_canvas(canvas, float(env.unwrapped.vehicle.heading))
 
 
 @dataclass(frozen=True)
@@ -209,14 +211,15 @@ class GroundTruthReader:
         cfg = fleet_config(config)
         self._range_m = float(cfg["ground_truth"]["range_m"])
         self._plate = cfg["camera"]["plate"]
+        self._camera = EgoCamera.from_config(cfg["camera"])
         self._ids: dict[int, int] = {}
         self._alive: list[object] = []  # keep objects referenced so id() is never reused
 
     def read(self, env: gym.Env, image: np.ndarray | None = None) -> list[OtherVehicle]:
-        """Vehicles within range; paints their plates into ``image`` (after ``env.render``).
+        """Vehicles within range; paints their plates into ``image`` (from ``render_frame``).
 
-        Plate boxes use the viewer's current world-to-pixel mapping (``sim_surface.origin`` and
-        ``scaling``, set by the last render), so they line up with the rendered frame.
+        Plate boxes go through the camera's world-to-pixel mapping at ego's current pose, so
+        they line up with the rendered frame.
         """
         base = env.unwrapped
         ego = base.vehicle
@@ -225,7 +228,6 @@ class GroundTruthReader:
         ego_pos = _enu(ego.position)
         ego_vel = _enu(ego.velocity)
         lane = ego.lane
-        surface = base.viewer.sim_surface if base.viewer is not None else None
         others = []
         for vehicle in base.road.vehicles:
             if vehicle is ego:
@@ -237,8 +239,8 @@ class GroundTruthReader:
             longitudinal, lateral = lane.local_coordinates(vehicle.position)
             width = float(lane.width_at(longitudinal))
             box = None
-            if surface is not None and image is not None:
-                box = self._plate_box(vehicle, surface, image.shape[1], image.shape[0])
+            if image is not None:
+                box = self._plate_box(vehicle, ego, image.shape[1], image.shape[0])
                 if box is not None:
                     x0, y0, x1, y1 = box
                     image[y0:y1, x0:x1] = np.asarray(self._plate["color_rgb"], dtype=np.uint8)
@@ -275,7 +277,7 @@ class GroundTruthReader:
         return self._ids[key]
 
     def _plate_box(
-        self, vehicle: Any, surface: Any, width_px: int, height_px: int
+        self, vehicle: Any, ego: Any, width_px: int, height_px: int
     ) -> tuple[int, int, int, int] | None:
         """Pixel box ``(x0, y0, x1, y1)``, end-exclusive, of the plate at the vehicle's rear."""
         h = float(vehicle.heading)
@@ -287,7 +289,7 @@ class GroundTruthReader:
         corners = np.array(
             [rear + s * half_w * side + d * forward for s in (-1, 1) for d in (0.0, depth)]
         )
-        pixels = (corners - np.asarray(surface.origin, dtype=float)) * float(surface.scaling)
+        pixels = self._camera.to_pixels(corners, np.asarray(ego.position), float(ego.heading))
         x0, y0 = np.floor(pixels.min(axis=0)).astype(int)
         x1, y1 = np.ceil(pixels.max(axis=0)).astype(int)
         min_size = int(self._plate["min_size_px"])
