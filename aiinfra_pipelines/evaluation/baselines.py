@@ -5,8 +5,9 @@ such guesses, both fitted on the *training* split (never on the benchmark, which
 them with knowledge of the answers) and scored on the benchmark per slice like any candidate:
 
 * **per-cell majority**: every (lane, distance bin) cell predicted as its most frequent training
-  label. Strong on this grid, because missing lanes are labelled occupied and far ego-lane bins
-  are mostly free: a useless model can reach ~0.7 accuracy.
+  label, then the map's missing lanes filled in like any model's output
+  (``fleet.perception.fill_missing_lanes``). Strong on this grid, because far ego-lane bins are
+  mostly free and the map knows where there is no lane: a useless model reaches ~0.75.
 * **mean gap**: the lead gap predicted as the training set's mean gap.
 
 The offline gate holds a first candidate to beating both by a margin on every gated slice
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from aiinfra_pipelines.fleet.perception import fill_missing_lanes
 from aiinfra_pipelines.perception.contract import PerceptionSpec, perception_spec
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
@@ -69,6 +71,10 @@ def score_baselines(
     spec = spec or perception_spec()
     occupancy_target, gap_target = ground_truth_labels(frames, spec)
     n = len(frames)
-    occupancy = np.broadcast_to(baselines.majority, (n, *baselines.majority.shape))
+    occupancy = fill_missing_lanes(
+        np.broadcast_to(baselines.majority, (n, *baselines.majority.shape)),
+        frames["lane_index"].to_numpy(),
+        frames["lane_count"].to_numpy(),
+    )
     gap = np.full(n, baselines.mean_lead_gap, dtype=np.float64)
     return evaluate_by_slice(frames, occupancy, occupancy_target, gap, gap_target, spec.max_range_m)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from aiinfra_pipelines.fleet.perception import fill_missing_lanes
 from aiinfra_pipelines.perception.contract import decode_images, images_to_input, perception_spec
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
@@ -37,8 +38,15 @@ def predict(
 
 
 def slice_metrics(network: Any, frames: pd.DataFrame) -> pd.DataFrame:
-    """``evaluate_by_slice`` of ``network`` against the ground-truth labels of ``frames``."""
+    """``evaluate_by_slice`` of ``network`` against the ground-truth labels of ``frames``.
+
+    Scored as the car uses it: the network's occupancy with the map's missing lanes filled in
+    (``fleet.perception.fill_missing_lanes``), the same for every model and for the baselines.
+    """
     spec = perception_spec()
     occupancy_target, gap_target = ground_truth_labels(frames, spec)
     occupancy, gap = predict(network, frames)
+    occupancy = fill_missing_lanes(
+        occupancy, frames["lane_index"].to_numpy(), frames["lane_count"].to_numpy()
+    )
     return evaluate_by_slice(frames, occupancy, occupancy_target, gap, gap_target, spec.max_range_m)

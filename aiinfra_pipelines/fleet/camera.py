@@ -37,7 +37,7 @@ class EgoCamera:
 
     @classmethod
     def from_config(cls, camera: Mapping[str, Any]) -> EgoCamera:
-        """From fleet.yaml's ``camera`` block (``centering_position`` is ego's place in the image)."""
+        """From fleet.yaml's ``camera`` block (``centering_position``: ego's place in the image)."""
         width, height = int(camera["width_px"]), int(camera["height_px"])
         centre_u, centre_v = (float(c) for c in camera["centering_position"])
         return cls(
@@ -63,6 +63,13 @@ class EgoCamera:
         side = 2 * math.ceil(reach) + 4
         return side + side % 2
 
+    def sees(self, ahead_m: float, left_m: float) -> bool:
+        """Whether a point at ego-frame (``ahead_m``, ``left_m``) lies inside the image."""
+        scale = self.scaling_px_per_m
+        u = self.ego_u_px + ahead_m * scale
+        v = self.ego_v_px - left_m * scale
+        return 0.0 <= u < self.width_px and 0.0 <= v < self.height_px
+
     def _axes(self, heading: float) -> tuple[np.ndarray, np.ndarray]:
         """Unit vectors of ego's forward and left directions in highway-env world coordinates."""
         cos_h, sin_h = math.cos(heading), math.sin(heading)
@@ -85,9 +92,7 @@ class EgoCamera:
         rows = np.clip(np.floor(centre + world_y * scale).astype(np.intp), 0, side - 1)
         return np.ascontiguousarray(canvas[rows, cols])
 
-    def to_pixels(
-        self, points: np.ndarray, ego_position: np.ndarray, heading: float
-    ) -> np.ndarray:
+    def to_pixels(self, points: np.ndarray, ego_position: np.ndarray, heading: float) -> np.ndarray:
         """Image pixel coordinates (u, v) of world points (N x 2, highway-env coordinates)."""
         forward, left = self._axes(heading)
         delta = np.asarray(points, dtype=float) - np.asarray(ego_position, dtype=float)

@@ -25,8 +25,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from aiinfra_pipelines.fleet.camera import EgoCamera
 from aiinfra_pipelines.fleet.degradation import degrade
-from aiinfra_pipelines.fleet.perception import Perception, perception_from_ground_truth
+from aiinfra_pipelines.fleet.perception import (
+    Perception,
+    fill_missing_lanes,
+    perception_from_ground_truth,
+)
 from aiinfra_pipelines.fleet.planner import ACTION_NAMES, RulePlanner
 from aiinfra_pipelines.fleet.scripted import ScriptedEvent, ScriptedTraffic
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
@@ -160,11 +165,13 @@ class EpisodeMetrics:
         return summary
 
 
-def engine_perception(engine: Engine, image: np.ndarray) -> Perception:
-    """The engine's view of one camera frame, in the planner's terms."""
+def engine_perception(
+    engine: Engine, image: np.ndarray, lane_index: int, lane_count: int
+) -> Perception:
+    """The engine's view of one camera frame, with the map's lanes, in the planner's terms."""
     predictions = engine.infer(image[np.newaxis])
     return Perception(
-        occupancy=np.asarray(predictions.occupancy[0], dtype=np.float32),
+        occupancy=fill_missing_lanes(predictions.occupancy[0], lane_index, lane_count),
         lead_gap_m=float(predictions.lead_gap_m[0]),
         confidence=float(np.clip(predictions.confidence[0], 0.0, 1.0)),
     )
@@ -230,8 +237,6 @@ def run_episode(
         render_frame,
     )
 
-    from aiinfra_pipelines.fleet.camera import EgoCamera
-
     camera = EgoCamera.from_config(cfg["camera"])
     reader = GroundTruthReader(cfg)
     trace = _Trace()
@@ -277,12 +282,15 @@ def run_episode(
                         others, ego.lane_index, ego.lane_count, bins, max_range
                     )
                 else:
-                    perception = engine_perception(engine, seen)
+                    perception = engine_perception(engine, seen, ego.lane_index, ego.lane_count)
                 perceived = time.perf_counter()
                 decision = planner.act(perception, speed)
                 planned = time.perf_counter()
                 if shadow_planner is not None:
-                    shadow = shadow_planner.act(engine_perception(shadow_engine, seen), speed)
+                    shadow = shadow_planner.act(
+                        engine_perception(shadow_engine, seen, ego.lane_index, ego.lane_count),
+                        speed,
+                    )
                     trace.shadow(shadow.name == decision.name)
                 if scripted is not None:
                     scripted.before_step(step)

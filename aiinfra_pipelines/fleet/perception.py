@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from aiinfra_pipelines.logs.model import OtherVehicle
 
@@ -70,8 +71,29 @@ def perception_from_ground_truth(
             occupancy[row, int(np.searchsorted(edges, other.x, side="right")) - 1] = 1.0
         if row == EGO_ROW and other.x > 0.0:
             lead_gap = min(lead_gap, float(other.x))
-    if lane_index <= 0:
-        occupancy[LEFT_ROW, :] = 1.0
-    if lane_index >= lane_count - 1:
-        occupancy[RIGHT_ROW, :] = 1.0
+    occupancy = fill_missing_lanes(occupancy, lane_index, lane_count)
     return Perception(occupancy=occupancy, lead_gap_m=lead_gap, confidence=1.0)
+
+
+def fill_missing_lanes(
+    occupancy: np.ndarray, lane_index: ArrayLike, lane_count: ArrayLike
+) -> np.ndarray:
+    """``occupancy`` (``... x 3 x bins``) with the lanes the map says do not exist set to 1.
+
+    Whether a lane exists beside ego is map knowledge (the car localizes itself in a lane of a
+    known road), not something a camera can tell reliably: the oncoming lane of a two-lane
+    junction road looks exactly like a free overtaking lane. So the car's perception output is
+    the network's occupancy with the map's missing lanes filled in, by the same rule the labels
+    use: no lane left of lane 0, none right of lane ``lane_count - 1``. ``lane_index`` and
+    ``lane_count`` are scalars or arrays matching ``occupancy``'s leading dimensions.
+    """
+    filled = np.array(occupancy, dtype=np.float32, copy=True)
+    if filled.ndim < 2 or filled.shape[-2] != len(LANE_ROWS):
+        raise ValueError(f"occupancy must be ... x 3 x bins, got shape {filled.shape}")
+    index = np.asarray(lane_index)
+    count = np.asarray(lane_count)
+    no_left = np.broadcast_to(index <= 0, filled.shape[:-2])
+    no_right = np.broadcast_to(index >= count - 1, filled.shape[:-2])
+    filled[..., LEFT_ROW, :][no_left] = 1.0
+    filled[..., RIGHT_ROW, :][no_right] = 1.0
+    return filled

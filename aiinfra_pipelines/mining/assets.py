@@ -25,7 +25,7 @@ from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.deployed import load_deployed_engine
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
-from .engine_runner import run_engine_over_frames
+from .engine_runner import perceive_frames
 from .label_qc import held_back_frames, label_agreement, qc_summary
 from .rules import BADCASE_COLUMNS, badcase_summary, mine_badcases
 from .settings import mining_config
@@ -128,7 +128,7 @@ def _mine_log(
     """One log's badcases: the engine over its frames against its teacher labels."""
     spec = perception_spec()
     labels_of_log = labels.set_index("frame_index").loc[frames["frame_index"]]
-    predictions = run_engine_over_frames(deployed.engine, frames, spec)
+    predictions = perceive_frames(deployed.engine, frames, spec)
     targets = (
         np.asarray(labels_of_log["occupancy"].tolist(), dtype=np.float32).reshape(
             len(labels_of_log), 3, spec.bins

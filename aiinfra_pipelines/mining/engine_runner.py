@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from aiinfra_pipelines.fleet.perception import fill_missing_lanes
 from aiinfra_pipelines.perception.contract import PerceptionSpec, decode_images
 from aiinfra_pipelines.perception.engine import (
     Engine,
@@ -139,3 +140,27 @@ def run_engine_over_frames(
         else:
             parts.append(engine.infer(images))
     return concat_predictions(parts, spec)
+
+
+def perceive_frames(
+    engine: Engine,
+    frames: pd.DataFrame,
+    spec: PerceptionSpec,
+    *,
+    chunk_batches: int | None = None,
+    config: dict[str, Any] | None = None,
+) -> Predictions:
+    """What the car's perception reported for each frame: the engine's occupancy with the
+    map's missing lanes filled in from the frame's ``lane_index`` / ``lane_count``
+    (``fleet.perception.fill_missing_lanes``), so mining and rollout comparisons judge the
+    same output the planner acted on."""
+    raw = run_engine_over_frames(engine, frames, spec, chunk_batches=chunk_batches, config=config)
+    if len(frames) == 0:
+        return raw
+    return Predictions(
+        occupancy=fill_missing_lanes(
+            raw.occupancy, frames["lane_index"].to_numpy(), frames["lane_count"].to_numpy()
+        ),
+        lead_gap_m=raw.lead_gap_m,
+        confidence=raw.confidence,
+    )

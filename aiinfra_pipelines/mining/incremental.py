@@ -30,7 +30,7 @@ from aiinfra_pipelines.perception.contract import PerceptionSpec
 from aiinfra_pipelines.perception.engine import Engine
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
-from .engine_runner import run_engine_over_frames
+from .engine_runner import perceive_frames
 from .rules import BADCASE_COLUMNS, KEYS, mine_badcases
 
 LEDGER_COLUMNS: tuple[str, str, str] = ("log_id", "frame_index", "engine_sha")
@@ -183,7 +183,7 @@ def mine_incrementally(
             results.append(hit)
     todo = frames[frames["log_id"].astype(str).isin(stale)].reset_index(drop=True)
     if len(todo):
-        predictions = run_engine_over_frames(engine, todo, spec, config=config)
+        predictions = perceive_frames(engine, todo, spec, config=config)
         mined = mine_badcases(todo, index, predictions, labeller(todo, spec), config, spec=spec)
         by_log = dict(tuple(mined.groupby(mined["log_id"].astype(str), sort=False)))
         for log_id in stale:

@@ -21,7 +21,7 @@ from aiinfra_pipelines.lake.io_manager import parquet_bytes, read_parquet_prefix
 from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, root_run_id_of
-from aiinfra_pipelines.mining.engine_runner import run_engine_over_frames
+from aiinfra_pipelines.mining.engine_runner import perceive_frames
 from aiinfra_pipelines.mining.settings import mining_config
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.deployed import load_deployed_engine
@@ -136,8 +136,8 @@ def shadow_report(
     spec = perception_spec()
     comparison = compare_engines(
         frames,
-        run_engine_over_frames(production.engine, frames, spec),
-        run_engine_over_frames(candidate, frames, spec),
+        perceive_frames(production.engine, frames, spec),
+        perceive_frames(candidate, frames, spec),
         settings,
     )
     summary = shadow_summary(comparison, settings)

@@ -10,6 +10,7 @@ from aiinfra_pipelines.fleet.perception import (
     LEFT_ROW,
     RIGHT_ROW,
     Perception,
+    fill_missing_lanes,
     perception_from_ground_truth,
 )
 from aiinfra_pipelines.logs.model import OtherVehicle
@@ -80,3 +81,25 @@ def test_invalid_inputs_are_rejected() -> None:
         Perception(np.zeros((2, 4)), 10.0, 1.0)
     with pytest.raises(ValueError):
         Perception(np.zeros((3, 4)), 10.0, 1.5)
+
+
+def test_the_map_fills_missing_lanes_into_any_occupancy_batch() -> None:
+    """A network's free side rows become occupied where the map says there is no lane."""
+    network_output = np.zeros((3, 3, 6), dtype=np.float32)
+    filled = fill_missing_lanes(network_output, np.array([0, 1, 2]), np.array([3, 3, 3]))
+    assert filled[0, 0].tolist() == [1.0] * 6 and filled[0, 2].sum() == 0  # leftmost lane
+    assert filled[1].sum() == 0  # middle lane: both neighbours exist, nothing filled
+    assert filled[2, 2].tolist() == [1.0] * 6 and filled[2, 0].sum() == 0  # rightmost lane
+    single_lane = fill_missing_lanes(np.full((3, 6), 0.2, dtype=np.float32), 0, 1)
+    assert single_lane[:, 0].tolist() == pytest.approx([1.0, 0.2, 1.0])
+    assert network_output.sum() == 0, "the input is not modified"
+    with pytest.raises(ValueError, match="3 x bins"):
+        fill_missing_lanes(np.zeros((2, 6)), 0, 1)
+
+
+def test_ground_truth_perception_and_the_map_rule_agree() -> None:
+    for lane_index, lane_count in [(0, 1), (0, 3), (1, 3), (2, 3)]:
+        truth = perception_from_ground_truth([], lane_index, lane_count, BINS, MAX_RANGE)
+        assert np.array_equal(
+            truth.occupancy, fill_missing_lanes(np.zeros((3, 6)), lane_index, lane_count)
+        )
