@@ -188,19 +188,38 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
+def second_cycle_splits(first: Splits, new_frames: pd.DataFrame) -> Splits:
+    """Cycle 2's data as the demo has it: the benchmark stays cycle 1's (frozen), the new
+    fleet's logs join train/val split by log like the first cycle's."""
+    settings = dataset_settings()
+    new = split_by_log(new_frames, settings.val_fraction, settings.seed)
+    return Splits(
+        train=pd.concat([first.train, new[new["split"] == "train"]], ignore_index=True),
+        val=pd.concat([first.val, new[new["split"] == "val"]], ignore_index=True),
+        benchmark=first.benchmark,
+    )
+
+
 def train_and_score(
     splits: Splits,
     overrides: Mapping[str, Any],
     workdir: Path,
     save_network: Path | None = None,
+    warm_start_from: Path | None = None,
 ) -> dict[str, Any]:
     """Train the candidate with the real training code and score it on the benchmark."""
     from aiinfra_pipelines.config import load_resource_yaml
     from aiinfra_pipelines.evaluation.baselines import fit_baselines, score_baselines
     from aiinfra_pipelines.evaluation.compare import compare_with_production
     from aiinfra_pipelines.evaluation.predict import slice_metrics
-    from aiinfra_pipelines.training.train import train_perception_model
+    from aiinfra_pipelines.training.train import WarmStart, train_perception_model
 
+    warm_start = None
+    if warm_start_from is not None:
+        import torch
+
+        network = torch.load(warm_start_from, weights_only=False)
+        warm_start = WarmStart(network.state_dict(), str(warm_start_from))
     started, cpu_started = time.perf_counter(), _cpu_seconds()
     result = train_perception_model(
         splits.train,
@@ -212,6 +231,7 @@ def train_and_score(
         params={},
         config={key: value for key, value in overrides.items() if key != "max_epochs"},
         max_epochs=overrides.get("max_epochs"),
+        warm_start=warm_start,
     )
     train_s = time.perf_counter() - started
     train_cpu_s = _cpu_seconds() - cpu_started
@@ -305,6 +325,17 @@ def main() -> None:
     )
     parser.add_argument("--save-network", type=Path, help="torch.save the trained network here")
     parser.add_argument("--data-only", action="store_true", help="drive/ingest/cache, no training")
+    parser.add_argument(
+        "--cycle2-seed",
+        type=int,
+        help="a second cycle: this seed's fleet (same size) joins train/val, the benchmark "
+        "stays the first fleet's; combine with --warm-start to fine-tune cycle 1's network",
+    )
+    parser.add_argument(
+        "--warm-start",
+        type=Path,
+        help="a --save-network file to start from (training.yaml warm_start applies)",
+    )
     args = parser.parse_args()
     # The trainer's one line per epoch (val metrics) shows how the recipe converges.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -321,9 +352,15 @@ def main() -> None:
     if args.data_only:
         return
     splits = split_like_datasets(frames)
+    if args.cycle2_seed is not None:
+        new_frames, new_stats = fleet_frames(
+            args.cycle2_seed, args.vehicles, args.episodes, args.cache
+        )
+        print(f"cycle 2: seed {args.cycle2_seed} adds {new_stats.frames_kept} frames")
+        splits = second_cycle_splits(splits, new_frames)
     with tempfile.TemporaryDirectory(prefix="recipe-") as workdir:
         outcome = train_and_score(
-            splits, parse_overrides(args.set), Path(workdir), args.save_network
+            splits, parse_overrides(args.set), Path(workdir), args.save_network, args.warm_start
         )
     report(stats, splits, outcome)
 

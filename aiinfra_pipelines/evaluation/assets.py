@@ -17,10 +17,11 @@ from aiinfra_pipelines.datasets.assets import BENCHMARK_MANIFEST, benchmark_set,
 from aiinfra_pipelines.datasets.loading import load_frames
 from aiinfra_pipelines.lake.audits import RequiredAudit, record_audit
 from aiinfra_pipelines.lake.io_manager import asset_object_base
-from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.layout import DATASETS_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, root_run_id_of
 from aiinfra_pipelines.lake.publish_asset import build_publish_asset
+from aiinfra_pipelines.release.reference import reference_release
 from aiinfra_pipelines.training.assets import trained_model
 from aiinfra_pipelines.training.resources import MlflowTracking, mlflow_tracking_uri
 
@@ -102,7 +103,8 @@ def offline_eval(
     candidate = slice_metrics(
         _load_model(trained_model["model_uri"], mlflow_tracking.uri()), frames
     )
-    production_pointer = read_json_if_exists(lake, PRODUCTION_POINTER_KEY)
+    # The reference release: the one rolling out to the fleet, else production.
+    production_pointer = reference_release(lake, excluding=trained_model["model_version"])
     production = (
         slice_metrics(_load_model(production_pointer["model_uri"], mlflow_tracking.uri()), frames)
         if production_pointer and production_pointer.get("model_uri")
@@ -151,6 +153,7 @@ def offline_eval(
             "failures": dg.MetadataValue.json(comparison.failures),
             "benchmark_version": manifest["version"],
             "production": production_pointer.get("version") if production_pointer else "none yet",
+            "reference_source": production_pointer["source"] if production_pointer else "none",
             "comparison": dg.MetadataValue.md(markdown),
             "baseline_accuracy": float(baseline_overall["occupancy_accuracy"]),
             "baseline_lead_gap_mae_m": float(baseline_overall["lead_gap_mae_m"]),

@@ -95,10 +95,18 @@ def load_candidate(
     )
 
 
-def load_production(lake: VersionedLake) -> EngineSource:
-    """The engine the fleet runs now (bootstrap engine before the first release)."""
-    deployed = load_deployed_engine(lake, batch_size=1)
-    return EngineSource(deployed.version, deployed.onnx_bytes)
+def load_production(lake: VersionedLake, candidate_version: str | None = None) -> EngineSource:
+    """The engine a candidate is gated against: the reference release
+    (``release.reference``: the release rolling out, else production), or the bootstrap engine
+    before the first release."""
+    from aiinfra_pipelines.release.reference import reference_release
+
+    reference = reference_release(lake, excluding=candidate_version)
+    if reference is None:
+        deployed = load_deployed_engine(lake, batch_size=1)
+        return EngineSource(deployed.version, deployed.onnx_bytes)
+    onnx_bytes = lake.get_object(reference.get("commit", MAIN_BRANCH), reference["onnx_key"])
+    return EngineSource(str(reference["version"]), onnx_bytes)
 
 
 def load_model_zero() -> EngineSource:

@@ -124,7 +124,7 @@ def run_shard(
     shards = shards or shard_count(cfg)
     library = read_library(lake)
     candidate = load_candidate(lake, model_version)
-    production = load_production(lake)
+    production = load_production(lake, candidate.model_version)
     model_zero = load_model_zero()
     scenarios = scenarios_of_shard(library, shard_key, shards)
     fingerprint = simulator_fingerprint(cfg, fleet)

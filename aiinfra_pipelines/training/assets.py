@@ -60,6 +60,7 @@ def trained_model(
     """
     # Imported here: Lightning and MLflow cost seconds, and every run process loads this module.
     from .train import register_model_version, train_perception_model
+    from .warm_start import reference_warm_start
 
     pointer = read_json_if_exists(lake, TRAINING_LATEST)
     if pointer is None:
@@ -72,6 +73,9 @@ def trained_model(
         "code_version": code_version(),
         "dagster_run_id": context.run.run_id,
     }
+    warm_start = reference_warm_start(lake, mlflow_tracking.uri())
+    if warm_start is not None:
+        context.log.info(f"warm start from {warm_start.source}")
     result = train_perception_model(
         frames[frames["split"] == "train"],
         frames[frames["split"] == "val"],
@@ -81,6 +85,7 @@ def trained_model(
         run_tags={"dagster_run_id": context.run.run_id, "dataset_version": pointer["version"]},
         params=lineage,
         config=environment_training_overrides(),
+        warm_start=warm_start,
     )
     registered = register_model_version(
         mlflow_tracking.uri(),
@@ -97,6 +102,7 @@ def trained_model(
             "dataset_version": pointer["version"],
             "dataset_commit": pointer["commit"],
             "epochs": result.epochs_completed,
+            "warm_start_from": warm_start.source if warm_start is not None else "none",
             "resumed_from_epoch": result.resumed_from_epoch
             if result.resumed_from_epoch is not None
             else -1,

@@ -82,6 +82,54 @@ class TrainingResult:
     experiment_id: str
 
 
+@dataclass(frozen=True)
+class WarmStart:
+    """Weights to start from instead of a random initialization: a released model's.
+
+    ``source`` names them (an MLflow model URI and version) and is recorded as the run's
+    ``warm_start_from`` param, so a model's lineage includes the model it grew from.
+    """
+
+    state_dict: Mapping[str, torch.Tensor]
+    source: str
+
+
+def _warm_start_settings(settings: dict[str, Any], explicit_max_epochs: bool) -> dict[str, Any]:
+    """``training.yaml`` ``warm_start``: fewer epochs at a scaled learning rate."""
+    section = settings["warm_start"]
+    optimizer = {**settings["optimizer"]}
+    optimizer["lr"] = float(optimizer["lr"]) * float(section["lr_scale"])
+    updated = {**settings, "optimizer": optimizer}
+    if not explicit_max_epochs:
+        updated["max_epochs"] = int(section["max_epochs"])
+    return updated
+
+
+def _load_warm_start(network: PerceptionNet, warm_start: WarmStart) -> bool:
+    """Copy ``warm_start``'s weights into ``network``; ``False`` (cold start) if shapes differ.
+
+    A recipe change that alters the architecture makes the released weights unusable; that
+    is a reason to train from scratch, not to fail the retraining.
+    """
+    own = network.state_dict()
+    theirs = dict(warm_start.state_dict)
+    mismatched = sorted(
+        key
+        for key in set(own) | set(theirs)
+        if key not in own or key not in theirs or own[key].shape != theirs[key].shape
+    )
+    if mismatched:
+        logger.warning(
+            "cold start: %s does not fit this architecture (%d tensors differ, e.g. %s)",
+            warm_start.source,
+            len(mismatched),
+            mismatched[0],
+        )
+        return False
+    network.load_state_dict(theirs)
+    return True
+
+
 # -- configuration ---------------------------------------------------------------------------
 
 
@@ -600,6 +648,7 @@ def train_perception_model(
     max_epochs: int | None = None,
     seed: int | None = None,
     artifact_location: str | None = None,
+    warm_start: WarmStart | None = None,
 ) -> TrainingResult:
     """Train (or resume training) the perception network and record it in MLflow.
 
@@ -612,8 +661,16 @@ def train_perception_model(
 
     Re-running with the same ``checkpoint_dir`` after a kill resumes from ``last.ckpt`` in the
     same MLflow run; re-running after completion trains nothing and returns the same model.
+
+    ``warm_start`` starts from a released model's weights (``training.yaml`` ``warm_start``:
+    its epochs and learning-rate scale apply) when they fit the configured architecture, and
+    from a random initialization otherwise.
     """
     settings = load_training_config(config)
+    if warm_start is not None and settings["warm_start"]["enabled"]:
+        settings = _warm_start_settings(settings, explicit_max_epochs=max_epochs is not None)
+    else:
+        warm_start = None
     seed = int(settings["seed"] if seed is None else seed)
     max_epochs = int(settings["max_epochs"] if max_epochs is None else max_epochs)
     if max_epochs < 1:
@@ -629,6 +686,9 @@ def train_perception_model(
         train_frames, val_frames, settings, seed=seed, spec=spec
     )
     module = PerceptionModule.from_config(spec, settings, seed)
+    warm_from = "none"
+    if warm_start is not None and _load_warm_start(module.net, warm_start):
+        warm_from = warm_start.source
 
     checkpoint_dir = Path(checkpoint_dir)
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -640,6 +700,7 @@ def train_perception_model(
         "val_frames": str(len(val_frames)),
         "train_data_sha256": _frames_fingerprint(train_frames),
         "val_data_sha256": _frames_fingerprint(val_frames),
+        "warm_start_from": warm_from,
     }
     caller_params = {str(key): str(value) for key, value in params.items()}
     tags = {str(key): str(value) for key, value in run_tags.items()}

@@ -36,6 +36,7 @@ from aiinfra_pipelines.training.train import (
     LOCK_FILE,
     RUN_ID_FILE,
     TrainingResult,
+    WarmStart,
     completed_epochs,
     train_perception_model,
 )
@@ -336,3 +337,50 @@ def test_the_environment_overrides_the_trainer_section(monkeypatch, tmp_path):
     prod = load_training_config(environment_training_overrides())
     assert prod["trainer"]["accelerator"] == "gpu" and prod["trainer"]["precision"] == "16-mixed"
     assert prod["trainer"]["deterministic"] == load_training_config()["trainer"]["deterministic"]
+
+
+# -- warm start from a released model ---------------------------------------------------------
+
+
+def test_a_warm_start_fine_tunes_the_given_weights_and_records_where_they_came_from(
+    uninterrupted, small_split, tmp_path
+):
+    """Starts from the released weights: fewer epochs (warm_start.max_epochs), lineage in MLflow."""
+    train, val = small_split
+    config = {**SMALL_CONFIG, "warm_start": {"max_epochs": 1, "lr_scale": 0.5}}
+    source = "models:/perception/1 (model version 1, rollout)"
+    warm = _train(
+        train,
+        val,
+        tmp_path,
+        config=config,
+        warm_start=WarmStart(uninterrupted.network.state_dict(), source),
+    )
+    assert warm.epochs_completed == 1
+    params = MlflowClient(tracking_uri(tmp_path)).get_run(warm.mlflow_run_id).data.params
+    assert params["warm_start_from"] == source
+    assert float(params["optimizer.lr"]) == pytest.approx(
+        0.5 * float(load_resource_yaml("training.yaml")["optimizer"]["lr"])
+    )
+    # One short epoch from the released weights stays near them; a cold start would not.
+    cold = _train(train, val, tmp_path / "cold", config=config, max_epochs=1)
+    assert warm.metrics[VAL_LOSS] < cold.metrics[VAL_LOSS]
+
+
+def test_weights_of_another_architecture_start_cold(small_split, tmp_path):
+    train, val = small_split
+    narrow = PerceptionModule.from_config(
+        perception_spec(),
+        {**load_resource_yaml("training.yaml"), "model": {"width": 8, "hidden": 32}},
+        seed=0,
+    ).net
+    result = _train(
+        train,
+        val,
+        tmp_path,
+        config={**SMALL_CONFIG, "warm_start": {"max_epochs": 1}},
+        warm_start=WarmStart(narrow.state_dict(), "models:/perception/9"),
+    )
+    params = MlflowClient(tracking_uri(tmp_path)).get_run(result.mlflow_run_id).data.params
+    assert params["warm_start_from"] == "none"
+    assert result.epochs_completed == 1

@@ -1,0 +1,46 @@
+"""The reference release: the model a new candidate starts from and is gated against.
+
+Production (``release/production.json``) moves only when a rollout completes, which takes an
+approval and days of telemetry. Meanwhile the fleet is already moving to the certified release
+being rolled out, and the loop keeps retraining. A candidate gated against the older production
+could pass while being worse than the release half the fleet already runs. So the reference is
+the *newest release on the fleet*: the release whose rollout is in progress (or awaiting its
+approval), else production, else none (a first release, held to the absolute floors).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+
+from .certificate import manifest_key
+from .rollout import ACTIVE_STATUSES, production_pointer, read_current
+
+ROLLOUT, PRODUCTION = "rollout", "production"
+
+
+def reference_release(lake: VersionedLake, excluding: str | None = None) -> dict[str, Any] | None:
+    """A ``production.json``-shaped pointer to the reference release, plus ``source``.
+
+    ``source`` is ``rollout`` (an active rollout's certified release) or ``production``.
+    ``excluding`` is the candidate being judged: a release is never its own reference (a
+    re-evaluation of the version now rolling out compares it with production).
+    """
+    state = read_current(lake)
+    if (
+        state is not None
+        and state.get("status") in ACTIVE_STATUSES
+        and str(state["model_version"]) != str(excluding)
+    ):
+        version = str(state["model_version"])
+        key = manifest_key(version)
+        if lake.object_exists(MAIN_BRANCH, key):
+            manifest = lake.get_json(MAIN_BRANCH, key)
+            pointer = production_pointer(manifest, lake.resolve_ref(MAIN_BRANCH))
+            return {**pointer, "source": ROLLOUT}
+    if lake.object_exists(MAIN_BRANCH, PRODUCTION_POINTER_KEY):
+        return {**lake.get_json(MAIN_BRANCH, PRODUCTION_POINTER_KEY), "source": PRODUCTION}
+    return None
