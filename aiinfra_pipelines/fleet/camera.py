@@ -4,9 +4,11 @@ highway-env's renderer draws the world axis-aligned around the ego car. A camera
 car looks along its heading: in roundabouts and intersections, where the car drives north or
 south, the world-aligned view put the road ahead on the image's short axis and lost the lead
 car in ~60 % of the frames that had one (docs/training.md). So highway-env renders a square,
-world-aligned *canvas* centred on ego, large enough to contain the camera's footprint at any
-heading, and the camera image is resampled from it in the ego frame: ego at
-``centering_position`` of the image, its heading pointing right (+u), its left pointing up.
+world-aligned *canvas* centred on the image's footprint (ego sits off-centre: the camera looks
+75 m ahead and 25 m back), just large enough to contain that footprint at any heading, and the
+camera image is resampled from it in the ego frame: ego at ``centering_position`` of the
+image, its heading pointing right (+u), its left pointing up. Centring the canvas on the
+footprint rather than on ego halves the pixels highway-env draws (176² instead of 254²).
 
 Resampling is a nearest-neighbour gather through a pre-computed grid (one rotation per frame,
 ~10k pixels), far cheaper than rendering.
@@ -52,16 +54,25 @@ class EgoCamera:
     def canvas_px(self) -> int:
         """Side of the square world-aligned render that holds the image at every heading.
 
-        Twice the distance from ego to the image's farthest corner, plus a pixel of margin on
-        each side for rounding; even, so that ego sits exactly at the canvas centre.
+        Twice the distance from the image centre to a corner, plus two pixels of margin on
+        each side for rounding; even.
         """
-        reach = max(
-            math.hypot(u - self.ego_u_px, v - self.ego_v_px)
-            for u in (0.0, float(self.width_px))
-            for v in (0.0, float(self.height_px))
-        )
+        reach = math.hypot(self.width_px / 2.0, self.height_px / 2.0)
         side = 2 * math.ceil(reach) + 4
         return side + side % 2
+
+    def ego_on_canvas(self, heading: float) -> np.ndarray:
+        """Canvas pixel (x, y) where ego is drawn so that the image footprint is centred."""
+        forward, left = self._axes(heading)
+        ahead_m = (self.width_px / 2.0 - self.ego_u_px) / self.scaling_px_per_m
+        left_m = (self.ego_v_px - self.height_px / 2.0) / self.scaling_px_per_m
+        footprint_centre = ahead_m * forward + left_m * left
+        return self.canvas_px / 2.0 - footprint_centre * self.scaling_px_per_m
+
+    def centering(self, heading: float) -> list[float]:
+        """highway-env ``centering_position`` (fractions of the canvas) that draws ego at
+        :meth:`ego_on_canvas`."""
+        return [float(c) for c in self.ego_on_canvas(heading) / self.canvas_px]
 
     def sees(self, ahead_m: float, left_m: float) -> bool:
         """Whether a point at ego-frame (``ahead_m``, ``left_m``) lies inside the image."""
@@ -76,7 +87,8 @@ class EgoCamera:
         return np.array([cos_h, sin_h]), np.array([sin_h, -cos_h])
 
     def image_from_canvas(self, canvas: np.ndarray, heading: float) -> np.ndarray:
-        """The camera image (H x W x 3 uint8) resampled from a canvas centred on ego."""
+        """The camera image (H x W x 3 uint8) resampled from a canvas with ego drawn at
+        :meth:`ego_on_canvas` (rendered with :meth:`centering`)."""
         side = canvas.shape[0]
         if canvas.shape[1] != side:
             raise ValueError(f"canvas must be square, got {canvas.shape[:2]}")
@@ -87,9 +99,11 @@ class EgoCamera:
         leftward = (self.ego_v_px - (np.arange(self.height_px) + 0.5)) / scale
         world_x = ahead[None, :] * forward[0] + leftward[:, None] * left[0]
         world_y = ahead[None, :] * forward[1] + leftward[:, None] * left[1]
-        centre = side / 2.0
-        cols = np.clip(np.floor(centre + world_x * scale).astype(np.intp), 0, side - 1)
-        rows = np.clip(np.floor(centre + world_y * scale).astype(np.intp), 0, side - 1)
+        if side != self.canvas_px:
+            raise ValueError(f"canvas must be {self.canvas_px} px square, got {side}")
+        ego_x, ego_y = self.ego_on_canvas(heading)
+        cols = np.clip(np.floor(ego_x + world_x * scale).astype(np.intp), 0, side - 1)
+        rows = np.clip(np.floor(ego_y + world_y * scale).astype(np.intp), 0, side - 1)
         return np.ascontiguousarray(canvas[rows, cols])
 
     def to_pixels(self, points: np.ndarray, ego_position: np.ndarray, heading: float) -> np.ndarray:

@@ -146,9 +146,11 @@ def render_frame(env: gym.Env, camera: EgoCamera) -> np.ndarray:
     physics step during the next ``env.step``; those frames are never recorded, so disarm it
     (it would double the rendering cost).
     """
+    heading = float(env.unwrapped.vehicle.heading)
+    env.unwrapped.viewer.sim_surface.centering_position = camera.centering(heading)
     canvas = env.render()
     env.unwrapped.enable_auto_render = False
-    return camera.image_from_canvas(canvas, float(env.unwrapped.vehicle.heading))
+    return camera.image_from_canvas(canvas, heading)
 
 
 @dataclass(frozen=True)

@@ -105,11 +105,11 @@ def _warm_start_settings(settings: dict[str, Any], explicit_max_epochs: bool) ->
     return updated
 
 
-def _load_warm_start(network: PerceptionNet, warm_start: WarmStart) -> bool:
-    """Copy ``warm_start``'s weights into ``network``; ``False`` (cold start) if shapes differ.
+def _fits(network: PerceptionNet, warm_start: WarmStart) -> bool:
+    """Whether ``warm_start``'s weights fit ``network`` tensor for tensor.
 
     A recipe change that alters the architecture makes the released weights unusable; that
-    is a reason to train from scratch, not to fail the retraining.
+    is a reason to train from scratch (the full cold recipe), not to fail the retraining.
     """
     own = network.state_dict()
     theirs = dict(warm_start.state_dict)
@@ -125,9 +125,7 @@ def _load_warm_start(network: PerceptionNet, warm_start: WarmStart) -> bool:
             len(mismatched),
             mismatched[0],
         )
-        return False
-    network.load_state_dict(theirs)
-    return True
+    return not mismatched
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -667,17 +665,21 @@ def train_perception_model(
     from a random initialization otherwise.
     """
     settings = load_training_config(config)
-    if warm_start is not None and settings["warm_start"]["enabled"]:
+    seed = int(settings["seed"] if seed is None else seed)
+    spec = perception_spec()
+    if (
+        warm_start is not None
+        and settings["warm_start"]["enabled"]
+        and _fits(PerceptionModule.from_config(spec, settings, seed).net, warm_start)
+    ):
         settings = _warm_start_settings(settings, explicit_max_epochs=max_epochs is not None)
     else:
         warm_start = None
-    seed = int(settings["seed"] if seed is None else seed)
     max_epochs = int(settings["max_epochs"] if max_epochs is None else max_epochs)
     if max_epochs < 1:
         raise ValueError(f"max_epochs must be >= 1, got {max_epochs}")
     settings = {**settings, "seed": seed, "max_epochs": max_epochs}
     _check_split(train_frames, val_frames)
-    spec = perception_spec()
 
     determinism = _torch_determinism()
     L.seed_everything(seed, workers=True, verbose=False)
@@ -687,7 +689,8 @@ def train_perception_model(
     )
     module = PerceptionModule.from_config(spec, settings, seed)
     warm_from = "none"
-    if warm_start is not None and _load_warm_start(module.net, warm_start):
+    if warm_start is not None:
+        module.net.load_state_dict(dict(warm_start.state_dict))
         warm_from = warm_start.source
 
     checkpoint_dir = Path(checkpoint_dir)

@@ -18,11 +18,13 @@ def camera() -> EgoCamera:
     return EgoCamera.from_config(fleet_config(None)["camera"])
 
 
-def _canvas_with_marker(camera: EgoCamera, offset_m: np.ndarray) -> np.ndarray:
-    """A black canvas, ego at its centre, one white 3x3 px marker at a world offset from ego."""
+def _canvas_with_marker(camera: EgoCamera, offset_m: np.ndarray, heading: float) -> np.ndarray:
+    """A black canvas drawn for ``heading`` with one white 3x3 px marker at a world offset
+    from ego."""
     side = camera.canvas_px
     canvas = np.zeros((side, side, 3), dtype=np.uint8)
-    col, row = (side / 2.0 + offset_m * camera.scaling_px_per_m).astype(int)
+    ego = camera.ego_on_canvas(heading)
+    col, row = (ego + offset_m * camera.scaling_px_per_m).astype(int)
     canvas[row - 1 : row + 2, col - 1 : col + 2] = 255
     return canvas
 
@@ -36,7 +38,7 @@ def test_a_car_ahead_appears_right_of_ego_on_its_row_at_any_heading(
     forward = np.array([math.cos(heading), math.sin(heading)])
     left = np.array([math.sin(heading), -math.cos(heading)])
     image = camera.image_from_canvas(
-        _canvas_with_marker(camera, ahead_m * forward + left_m * left), heading
+        _canvas_with_marker(camera, ahead_m * forward + left_m * left, heading), heading
     )
     assert image.shape == (camera.height_px, camera.width_px, 3)
     rows, cols = np.nonzero(image[..., 0])
@@ -49,26 +51,35 @@ def test_a_car_ahead_appears_right_of_ego_on_its_row_at_any_heading(
 @pytest.mark.parametrize("heading", HEADINGS)
 def test_to_pixels_agrees_with_the_resampled_image(camera: EgoCamera, heading: float) -> None:
     offset = np.array([12.0, -7.0])
-    image = camera.image_from_canvas(_canvas_with_marker(camera, offset), heading)
+    image = camera.image_from_canvas(_canvas_with_marker(camera, offset, heading), heading)
     (u, v) = camera.to_pixels(offset[None, :], np.zeros(2), heading)[0]
     rows, cols = np.nonzero(image[..., 0])
     assert np.mean(cols) == pytest.approx(u, abs=1.5)
     assert np.mean(rows) == pytest.approx(v, abs=1.5)
 
 
-def test_the_canvas_holds_the_whole_image_at_every_heading(camera: EgoCamera) -> None:
-    corners = np.array(
-        [[u, v] for u in (0.0, camera.width_px) for v in (0.0, camera.height_px)], dtype=float
-    )
+@pytest.mark.parametrize("heading", [*HEADINGS, 0.4, 1.1, -0.7])
+def test_the_canvas_holds_the_whole_image_at_every_heading(
+    camera: EgoCamera, heading: float
+) -> None:
+    """Every image corner maps inside the canvas: nothing is sampled from outside the render."""
+    forward = np.array([math.cos(heading), math.sin(heading)])
+    left = np.array([math.sin(heading), -math.cos(heading)])
     scale = camera.scaling_px_per_m
-    reach_m = np.hypot(corners[:, 0] - camera.ego_u_px, corners[:, 1] - camera.ego_v_px) / scale
-    half_canvas_m = camera.canvas_px / 2.0 / scale
-    assert reach_m.max() < half_canvas_m
+    ego = camera.ego_on_canvas(heading)
+    for u in (0.0, camera.width_px):
+        for v in (0.0, camera.height_px):
+            ahead_m, left_m = (u - camera.ego_u_px) / scale, (camera.ego_v_px - v) / scale
+            x, y = ego + (ahead_m * forward + left_m * left) * scale
+            assert 0 <= x <= camera.canvas_px and 0 <= y <= camera.canvas_px
+    assert camera.centering(heading) == pytest.approx(list(ego / camera.canvas_px))
 
 
-def test_a_non_square_canvas_is_refused(camera: EgoCamera) -> None:
+def test_a_canvas_of_another_size_is_refused(camera: EgoCamera) -> None:
     with pytest.raises(ValueError, match="square"):
         camera.image_from_canvas(np.zeros((10, 12, 3), dtype=np.uint8), 0.0)
+    with pytest.raises(ValueError, match="px square"):
+        camera.image_from_canvas(np.zeros((10, 10, 3), dtype=np.uint8), 0.0)
 
 
 @pytest.mark.parametrize("road_type", ["roundabout", "intersection"])
