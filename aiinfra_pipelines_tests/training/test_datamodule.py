@@ -15,6 +15,7 @@ from aiinfra_pipelines.training.datamodule import (
     EpochSeededShuffle,
     PerceptionDataModule,
     PerceptionDataset,
+    ego_lane_balance_weights,
 )
 from aiinfra_pipelines.training.module import images_to_float, mirror_lanes
 
@@ -121,3 +122,37 @@ def _resized(frames: pd.DataFrame, row: int = 1) -> pd.DataFrame:
 def test_bad_frames_fail_with_a_value_error_naming_the_problem(frames, damage, message):
     with pytest.raises(ValueError, match=message):
         PerceptionDataset(damage(frames.reset_index(drop=True)), perception_spec(), name="val")
+
+
+def test_ego_lane_balance_draws_rare_close_cars_more_often_per_road_type():
+    """10 % of junction frames have a car close in the ego lane; balance lifts their share."""
+    occupancy = np.zeros((40, 3, 6), dtype=np.float32)
+    occupancy[:2, 1, 2] = 1.0  # junction: 2 of 20 frames with a close car
+    occupancy[20:30, 1, 1] = 1.0  # highway: 10 of 20
+    occupancy[5, 1, 5] = 1.0  # a far car (bin 5) is not "close"
+    roads = np.array(["intersection"] * 20 + ["highway"] * 20)
+    assert ego_lane_balance_weights(occupancy, roads, near_bins=4, strength=0.0) is None
+
+    weights = ego_lane_balance_weights(occupancy, roads, near_bins=4, strength=1.0)
+    junction, highway = weights[:20], weights[20:]
+    # Every road type keeps its share of the epoch ...
+    assert junction.sum() == pytest.approx(20.0) and highway.sum() == pytest.approx(20.0)
+    # ... fully balanced: the 2 close-car frames get half of the junction's draws.
+    assert junction[:2].sum() == pytest.approx(junction[2:].sum())
+    assert weights[5] == pytest.approx(weights[10])  # the far car counts as "no close car"
+    assert highway[:10].sum() == pytest.approx(highway[10:].sum())
+
+    tempered = ego_lane_balance_weights(occupancy, roads, near_bins=4, strength=0.5)
+    assert 2 / 20 < tempered[:2].sum() / 20 < 0.5
+
+
+def test_weighted_epochs_are_reproducible_draws_of_the_weighted_frames():
+    weights = torch.tensor([0.0, 1.0, 3.0])
+    sampler = EpochSeededShuffle(3, seed=4, weights=weights)
+    sampler.set_epoch(2)
+    first = list(sampler)
+    sampler.set_epoch(2)
+    assert list(sampler) == first and len(first) == 3
+    assert 0 not in first  # a zero weight is never drawn
+    with pytest.raises(ValueError, match="2 sampling weights for 3"):
+        EpochSeededShuffle(3, seed=4, weights=torch.ones(2))
