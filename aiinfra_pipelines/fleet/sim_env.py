@@ -59,7 +59,8 @@ def env_config(road_type: str, config: FleetConfig | None = None) -> dict[str, A
 
     All road types share one action space (DiscreteMetaAction with lateral and longitudinal
     actions: intersection-v0 defaults to longitudinal only) and one camera. highway-env renders
-    the camera's square, world-aligned canvas centred on ego (``camera.EgoCamera``).
+    the camera's square, world-aligned canvas (``camera.EgoCamera``); :func:`render_frame`
+    moves ego off-centre each frame so the canvas centres on the image footprint.
     """
     cfg = fleet_config(config)
     sim = cfg["simulation"]
