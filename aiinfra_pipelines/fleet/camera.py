@@ -8,10 +8,11 @@ world-aligned *canvas* centred on the image's footprint (ego sits off-centre: th
 75 m ahead and 25 m back), just large enough to contain that footprint at any heading, and the
 camera image is resampled from it in the ego frame: ego at ``centering_position`` of the
 image, its heading pointing right (+u), its left pointing up. Centring the canvas on the
-footprint rather than on ego halves the pixels highway-env draws (176² instead of 254²).
+footprint rather than on ego halves the pixels highway-env draws (178² instead of 254²).
 
-Resampling is a nearest-neighbour gather through a pre-computed grid (one rotation per frame,
-~10k pixels), far cheaper than rendering.
+Resampling is a nearest-neighbour gather: the image's pixel centres in the ego frame are
+computed once per camera, each frame only rotates them by the heading (~10k points), far
+cheaper than rendering.
 
 Conventions: positions here are highway-env world coordinates (x right, y *down* in pixels);
 headings are highway-env's (clockwise in the image). The ENU mapping lives in ``sim_env``.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -76,10 +78,21 @@ class EgoCamera:
 
     def sees(self, ahead_m: float, left_m: float) -> bool:
         """Whether a point at ego-frame (``ahead_m``, ``left_m``) lies inside the image."""
-        scale = self.scaling_px_per_m
-        u = self.ego_u_px + ahead_m * scale
-        v = self.ego_v_px - left_m * scale
+        u, v = self._image_point(ahead_m, left_m)
         return 0.0 <= u < self.width_px and 0.0 <= v < self.height_px
+
+    def _image_point(self, ahead_m: Any, left_m: Any) -> tuple[Any, Any]:
+        """Image pixel (u, v) of ego-frame metres ahead / left (scalars or arrays)."""
+        scale = self.scaling_px_per_m
+        return self.ego_u_px + ahead_m * scale, self.ego_v_px - left_m * scale
+
+    @cached_property
+    def _pixel_centres_m(self) -> tuple[np.ndarray, np.ndarray]:
+        """The image's pixel centres in ego-frame metres: (ahead per column, left per row)."""
+        scale = self.scaling_px_per_m
+        ahead = (np.arange(self.width_px) + 0.5 - self.ego_u_px) / scale
+        leftward = (self.ego_v_px - (np.arange(self.height_px) + 0.5)) / scale
+        return ahead, leftward
 
     def _axes(self, heading: float) -> tuple[np.ndarray, np.ndarray]:
         """Unit vectors of ego's forward and left directions in highway-env world coordinates."""
@@ -92,15 +105,13 @@ class EgoCamera:
         side = canvas.shape[0]
         if canvas.shape[1] != side:
             raise ValueError(f"canvas must be square, got {canvas.shape[:2]}")
-        forward, left = self._axes(heading)
-        scale = self.scaling_px_per_m
-        # Pixel centres of the image, in metres ahead of / left of ego.
-        ahead = (np.arange(self.width_px) + 0.5 - self.ego_u_px) / scale
-        leftward = (self.ego_v_px - (np.arange(self.height_px) + 0.5)) / scale
-        world_x = ahead[None, :] * forward[0] + leftward[:, None] * left[0]
-        world_y = ahead[None, :] * forward[1] + leftward[:, None] * left[1]
         if side != self.canvas_px:
             raise ValueError(f"canvas must be {self.canvas_px} px square, got {side}")
+        forward, left = self._axes(heading)
+        scale = self.scaling_px_per_m
+        ahead, leftward = self._pixel_centres_m
+        world_x = ahead[None, :] * forward[0] + leftward[:, None] * left[0]
+        world_y = ahead[None, :] * forward[1] + leftward[:, None] * left[1]
         ego_x, ego_y = self.ego_on_canvas(heading)
         cols = np.clip(np.floor(ego_x + world_x * scale).astype(np.intp), 0, side - 1)
         rows = np.clip(np.floor(ego_y + world_y * scale).astype(np.intp), 0, side - 1)
@@ -110,7 +121,4 @@ class EgoCamera:
         """Image pixel coordinates (u, v) of world points (N x 2, highway-env coordinates)."""
         forward, left = self._axes(heading)
         delta = np.asarray(points, dtype=float) - np.asarray(ego_position, dtype=float)
-        scale = self.scaling_px_per_m
-        u = self.ego_u_px + (delta @ forward) * scale
-        v = self.ego_v_px - (delta @ left) * scale
-        return np.stack([u, v], axis=-1)
+        return np.stack(self._image_point(delta @ forward, delta @ left), axis=-1)
