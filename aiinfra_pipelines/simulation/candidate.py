@@ -18,11 +18,7 @@ from typing import Any
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.perception.contract import perception_spec
-from aiinfra_pipelines.perception.deployed import (
-    BOOTSTRAP_VERSION,
-    bootstrap_onnx,
-    load_deployed_engine,
-)
+from aiinfra_pipelines.perception.deployed import BOOTSTRAP_VERSION, bootstrap_onnx
 
 from .runner import EngineSource
 
@@ -102,9 +98,8 @@ def load_production(lake: VersionedLake, candidate_version: str | None = None) -
     from aiinfra_pipelines.release.reference import reference_release
 
     reference = reference_release(lake, excluding=candidate_version)
-    if reference is None:
-        deployed = load_deployed_engine(lake, batch_size=1)
-        return EngineSource(deployed.version, deployed.onnx_bytes)
+    if reference is None:  # no production pointer either: the fleet runs the bootstrap engine
+        return load_model_zero()
     onnx_bytes = lake.get_object(reference.get("commit", MAIN_BRANCH), reference["onnx_key"])
     return EngineSource(str(reference["version"]), onnx_bytes)
 
