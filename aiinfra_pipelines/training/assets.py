@@ -73,9 +73,8 @@ def trained_model(
         "code_version": code_version(),
         "dagster_run_id": context.run.run_id,
     }
-    warm_start = reference_warm_start(lake, mlflow_tracking.uri())
-    if warm_start is not None:
-        context.log.info(f"warm start from {warm_start.source}")
+    overrides = environment_training_overrides()
+    warm_start = reference_warm_start(lake, mlflow_tracking.uri(), overrides)
     result = train_perception_model(
         frames[frames["split"] == "train"],
         frames[frames["split"] == "val"],
@@ -84,9 +83,10 @@ def trained_model(
         experiment=mlflow_tracking.experiment,
         run_tags={"dagster_run_id": context.run.run_id, "dataset_version": pointer["version"]},
         params=lineage,
-        config=environment_training_overrides(),
+        config=overrides,
         warm_start=warm_start,
     )
+    context.log.info(f"trained from {result.warm_start_from}")
     registered = register_model_version(
         mlflow_tracking.uri(),
         result.model_uri,
@@ -102,7 +102,7 @@ def trained_model(
             "dataset_version": pointer["version"],
             "dataset_commit": pointer["commit"],
             "epochs": result.epochs_completed,
-            "warm_start_from": warm_start.source if warm_start is not None else "none",
+            "warm_start_from": result.warm_start_from,
             "resumed_from_epoch": result.resumed_from_epoch
             if result.resumed_from_epoch is not None
             else -1,

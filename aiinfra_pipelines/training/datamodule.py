@@ -28,6 +28,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from aiinfra_pipelines.perception.contract import PerceptionSpec, decode_images, perception_spec
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
+from .module import near_bins
+
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "image",
     "image_height",
@@ -167,21 +169,21 @@ class PerceptionDataset(Dataset[Sample]):
 def ego_lane_balance_weights(
     occupancy: np.ndarray,
     road_types: np.ndarray | None,
-    near_bins: int,
+    near: np.ndarray,
     strength: float,
 ) -> np.ndarray | None:
     """Per-frame sampling weights that temper the imbalance of "something close in my lane".
 
-    Frames are grouped by road type and by whether any of the ego lane's first ``near_bins``
-    bins is occupied; a frame's weight is its group's size to the power ``-strength``, scaled so
-    every road type keeps its share of the epoch. In a junction a car in the ego lane (crossing
-    traffic, mostly) is in ~10 % of the frames and in view for two or three of them, so a plain
-    shuffle shows the network few of the cases the planner must not miss; ``strength`` 1 would
-    balance them fully, 0 (or ``None``) is a plain shuffle.
+    Frames are grouped by road type and by whether any of the ego lane's ``near`` bins (a mask
+    per bin, ``module.near_bins``) is occupied; a frame's weight is its group's size to the
+    power ``-strength``, scaled so every road type keeps its share of the epoch. In a junction a
+    car in the ego lane (crossing traffic, mostly) is in ~10 % of the frames and in view for two
+    or three of them, so a plain shuffle shows the network few of the cases the planner must not
+    miss; ``strength`` 1 would balance them fully, 0 is a plain shuffle (``None``: no weights).
     """
     if strength <= 0:
         return None
-    occupied = np.asarray(occupancy)[:, 1, :near_bins].max(axis=1) >= 0.5
+    occupied = np.asarray(occupancy)[:, 1, near].max(axis=1) >= 0.5
     roads = np.asarray(road_types) if road_types is not None else np.zeros(len(occupied))
     weights = np.zeros(len(occupied), dtype=np.float64)
     for road in np.unique(roads):
@@ -230,11 +232,6 @@ class EpochSeededShuffle(Sampler[int]):
         return self.size
 
 
-def near_bin_count(spec: PerceptionSpec, near_range_m: float) -> int:
-    """How many distance bins start before ``near_range_m`` (the loss's "near" bins)."""
-    return int(sum(1 for edge in spec.bin_edges_m[:-1] if float(edge) < near_range_m))
-
-
 class PerceptionDataModule(L.LightningDataModule):
     """Train/val loaders over two frames tables (already split by log upstream).
 
@@ -255,7 +252,7 @@ class PerceptionDataModule(L.LightningDataModule):
         multiprocessing_context: str | None = None,
         drop_last: bool = False,
         ego_lane_balance: float = 0.0,
-        near_bins: int = 0,
+        near_range_m: float = 0.0,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -274,7 +271,7 @@ class PerceptionDataModule(L.LightningDataModule):
         weights = ego_lane_balance_weights(
             self.train_dataset.occupancy.numpy(),
             train_frames["road_type"].to_numpy() if "road_type" in train_frames else None,
-            near_bins,
+            near_bins(self.spec.bin_edges_m, near_range_m),
             ego_lane_balance,
         )
         self.sample_weights = None if weights is None else torch.from_numpy(weights)
@@ -302,9 +299,7 @@ class PerceptionDataModule(L.LightningDataModule):
             multiprocessing_context=data.get("multiprocessing_context"),
             drop_last=bool(data.get("drop_last", False)),
             ego_lane_balance=float(data.get("ego_lane_balance", 0.0)),
-            near_bins=near_bin_count(
-                spec or perception_spec(), float(config["loss"]["near_range_m"])
-            ),
+            near_range_m=float(config["loss"]["near_range_m"]),
         )
 
     def _pin(self) -> bool:

@@ -74,6 +74,11 @@ def mirror_lanes(
     return images, occupancy
 
 
+def near_bins(bin_edges_m: Sequence[float], near_range_m: float) -> np.ndarray:
+    """Per distance bin, whether it starts before ``near_range_m``: the bins the planner acts on."""
+    return np.array([float(edge) < near_range_m for edge in bin_edges_m[:-1]], dtype=bool)
+
+
 def occupancy_cell_weights(
     bin_edges_m: Sequence[float],
     *,
@@ -95,8 +100,7 @@ def occupancy_cell_weights(
             f"loss weights must be > 0, got near_bin_weight={near_bin_weight}, "
             f"ego_lane_weight={ego_lane_weight}"
         )
-    starts = torch.tensor([float(edge) for edge in bin_edges_m[:-1]])
-    near = torch.where(starts < near_range_m, near_bin_weight, 1.0)
+    near = torch.where(torch.from_numpy(near_bins(bin_edges_m, near_range_m)), near_bin_weight, 1.0)
     lanes = torch.ones(LANES)
     lanes[LANES // 2] = ego_lane_weight
     weights = lanes.view(-1, 1) * near.view(1, -1)

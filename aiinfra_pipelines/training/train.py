@@ -80,6 +80,8 @@ class TrainingResult:
     checkpoint_path: Path
     model_uri: str
     experiment_id: str
+    # What the weights started from (a WarmStart's source), "none" for a cold start.
+    warm_start_from: str = "none"
 
 
 @dataclass(frozen=True)
@@ -780,4 +782,5 @@ def train_perception_model(
         checkpoint_path=last,
         model_uri=model_uri,
         experiment_id=experiment_id,
+        warm_start_from=warm_from,
     )

@@ -10,6 +10,9 @@ training starts cold.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.release.reference import reference_release
 
@@ -17,14 +20,17 @@ from .resources import mlflow_tracking_uri
 from .train import WarmStart, load_training_config
 
 
-def reference_warm_start(lake: VersionedLake, tracking_uri: str) -> WarmStart | None:
+def reference_warm_start(
+    lake: VersionedLake, tracking_uri: str, overrides: Mapping[str, Any] | None = None
+) -> WarmStart | None:
     """The reference release's network weights (``release.reference``), or ``None``.
 
     Falls back to the newest registered version of the model (the previous candidate) when
-    there is no release yet; ``None`` when ``training.yaml`` ``warm_start.enabled`` is off or
-    nothing was trained before: training starts cold.
+    there is no release yet; ``None`` when ``training.yaml`` ``warm_start.enabled`` is off
+    (after the same ``overrides`` the training gets) or nothing was trained before: training
+    starts cold. Whether the weights fit the architecture is the training's decision.
     """
-    config = load_training_config()
+    config = load_training_config(overrides)
     if not config["warm_start"]["enabled"]:
         return None
     import mlflow

@@ -17,7 +17,7 @@ from aiinfra_pipelines.training.datamodule import (
     PerceptionDataset,
     ego_lane_balance_weights,
 )
-from aiinfra_pipelines.training.module import images_to_float, mirror_lanes
+from aiinfra_pipelines.training.module import images_to_float, mirror_lanes, near_bins
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +131,12 @@ def test_ego_lane_balance_draws_rare_close_cars_more_often_per_road_type():
     occupancy[20:30, 1, 1] = 1.0  # highway: 10 of 20
     occupancy[5, 1, 5] = 1.0  # a far car (bin 5) is not "close"
     roads = np.array(["intersection"] * 20 + ["highway"] * 20)
-    assert ego_lane_balance_weights(occupancy, roads, near_bins=4, strength=0.0) is None
+    # The configured bins and near range: bins 0-3 start before 35 m, bin 5 (50-75 m) does not.
+    near = near_bins([-10, 0, 10, 20, 35, 50, 75], 35.0)
+    assert near.tolist() == [True, True, True, True, False, False]
+    assert ego_lane_balance_weights(occupancy, roads, near=near, strength=0.0) is None
 
-    weights = ego_lane_balance_weights(occupancy, roads, near_bins=4, strength=1.0)
+    weights = ego_lane_balance_weights(occupancy, roads, near=near, strength=1.0)
     junction, highway = weights[:20], weights[20:]
     # Every road type keeps its share of the epoch ...
     assert junction.sum() == pytest.approx(20.0) and highway.sum() == pytest.approx(20.0)
@@ -142,7 +145,7 @@ def test_ego_lane_balance_draws_rare_close_cars_more_often_per_road_type():
     assert weights[5] == pytest.approx(weights[10])  # the far car counts as "no close car"
     assert highway[:10].sum() == pytest.approx(highway[10:].sum())
 
-    tempered = ego_lane_balance_weights(occupancy, roads, near_bins=4, strength=0.5)
+    tempered = ego_lane_balance_weights(occupancy, roads, near=near, strength=0.5)
     assert 2 / 20 < tempered[:2].sum() / 20 < 0.5
 
 

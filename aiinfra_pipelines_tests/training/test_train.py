@@ -360,6 +360,7 @@ def test_a_warm_start_fine_tunes_released_weights_and_other_architectures_start_
     assert warm.epochs_completed == 1
     params = MlflowClient(tracking_uri(tmp_path / "warm")).get_run(warm.mlflow_run_id).data.params
     assert params["warm_start_from"] == source
+    assert warm.warm_start_from == source
     assert float(params["optimizer.lr"]) == pytest.approx(
         0.5 * float(load_resource_yaml("training.yaml")["optimizer"]["lr"])
     )
@@ -379,6 +380,7 @@ def test_a_warm_start_fine_tunes_released_weights_and_other_architectures_start_
     )
     params = MlflowClient(tracking_uri(tmp_path / "cold")).get_run(cold.mlflow_run_id).data.params
     assert params["warm_start_from"] == "none"
+    assert cold.warm_start_from == "none"
     assert float(params["optimizer.lr"]) == pytest.approx(
         float(load_resource_yaml("training.yaml")["optimizer"]["lr"])
     )
