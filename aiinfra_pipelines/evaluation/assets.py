@@ -103,11 +103,11 @@ def offline_eval(
     candidate = slice_metrics(
         _load_model(trained_model["model_uri"], mlflow_tracking.uri()), frames
     )
-    # The reference release: the one rolling out to the fleet, else production.
-    production_pointer = reference_release(lake, excluding=trained_model["model_version"])
+    # "Production" for the gate is the reference release: the one rolling out, else production.
+    reference = reference_release(lake, excluding=trained_model["model_version"])
     production = (
-        slice_metrics(_load_model(production_pointer["model_uri"], mlflow_tracking.uri()), frames)
-        if production_pointer and production_pointer.get("model_uri")
+        slice_metrics(_load_model(reference["model_uri"], mlflow_tracking.uri()), frames)
+        if reference and reference.get("model_uri")
         else None
     )
     # No-camera baselines fitted on the candidate's training split, scored on this benchmark:
@@ -152,8 +152,8 @@ def offline_eval(
             "passed": comparison.passed,
             "failures": dg.MetadataValue.json(comparison.failures),
             "benchmark_version": manifest["version"],
-            "production": production_pointer.get("version") if production_pointer else "none yet",
-            "reference_source": production_pointer["source"] if production_pointer else "none",
+            "production": reference["version"] if reference else "none yet",
+            "reference_source": reference["source"] if reference else "none",
             "comparison": dg.MetadataValue.md(markdown),
             "baseline_accuracy": float(baseline_overall["occupancy_accuracy"]),
             "baseline_lead_gap_mae_m": float(baseline_overall["lead_gap_mae_m"]),

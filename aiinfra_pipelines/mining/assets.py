@@ -166,15 +166,10 @@ def mined_badcases(
         )
         return previous
     index_by_log, labels_by_log = _rows_by_log(scene_index), _rows_by_log(auto_labels)
-    parts = [
-        _mine_log(
-            deployed,
-            frames,
-            index_by_log[frames["log_id"].iloc[0]],
-            labels_by_log[frames["log_id"].iloc[0]],
-        )
-        for frames in _frames_per_log(lake, context, anonymized_frames)
-    ]
+    parts = []
+    for frames in _frames_per_log(lake, context, anonymized_frames):
+        log_id = frames["log_id"].iloc[0]
+        parts.append(_mine_log(deployed, frames, index_by_log[log_id], labels_by_log[log_id]))
     badcases = (
         pd.concat(parts, ignore_index=True)
         if parts

@@ -143,18 +143,13 @@ def run_engine_over_frames(
 
 
 def perceive_frames(
-    engine: Engine,
-    frames: pd.DataFrame,
-    spec: PerceptionSpec,
-    *,
-    chunk_batches: int | None = None,
-    config: dict[str, Any] | None = None,
+    engine: Engine, frames: pd.DataFrame, spec: PerceptionSpec, config: dict[str, Any] | None = None
 ) -> Predictions:
     """What the car's perception reported for each frame: the engine's occupancy with the
     map's missing lanes filled in from the frame's ``lane_index`` / ``lane_count``
     (``fleet.perception.fill_missing_lanes``), so mining and rollout comparisons judge the
     same output the planner acted on."""
-    raw = run_engine_over_frames(engine, frames, spec, chunk_batches=chunk_batches, config=config)
+    raw = run_engine_over_frames(engine, frames, spec, config=config)
     if len(frames) == 0:
         return raw
     return Predictions(
