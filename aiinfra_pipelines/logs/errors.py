@@ -19,6 +19,10 @@ WRONG_SCHEMA = "wrong_schema"  # a known topic carries an unexpected schema or e
 DECODE_ERROR = "decode_error"  # a message payload is not a valid protobuf of its schema
 BAD_IMAGE = "bad_image"  # a camera message whose size/encoding cannot form an rgb8 image
 UNALIGNED_CHANNEL = "unaligned_channel"  # no sample near a camera timestamp on some channel
+UNKNOWN_SOURCE = "unknown_source"  # no source profile (resources/sources) fits the channels
+BAD_POINT_CLOUD = "bad_point_cloud"  # a LiDAR cloud whose field layout or size does not hold
+MISSING_CALIBRATION = "missing_calibration"  # a required camera calibration was not recorded
+BAD_CALIBRATION = "bad_calibration"  # camera calibration absent, non-finite or wrong size
 
 INTEGRITY_CODES: frozenset[str] = frozenset(
     {EMPTY, NOT_MCAP, TRUNCATED, CRC_MISMATCH, CORRUPT, UNREADABLE}

@@ -458,9 +458,17 @@ def build_drive_log(scanned: ScannedLog, metadata: dict[str, str] | None = None)
 # --------------------------------------------------------------------------- public API
 
 
-def read_drive_log(source: Source) -> DriveLog:
-    """The whole log, integrity-checked; raises :class:`DriveLogError` for damaged files."""
+def read_drive_log(source: Source, profile: str | None = None) -> DriveLog:
+    """The whole log, integrity-checked; raises :class:`DriveLogError` for damaged files.
+
+    A file in the simulated fleet's layout is read here; any other recording (or a named
+    ``profile``) through its source profile (``logs.sources``).
+    """
     scanned = scan_mcap(source)
+    if profile not in (None, "simulated") or scanned.channel(TOPIC_CAMERA) is None:
+        from aiinfra_pipelines.logs.sources.build import read_profiled_log
+
+        return read_profiled_log(scanned, profile)
     found = scanned.drive_log_metadata()
     if not found:
         raise DriveLogError(errors.MISSING_METADATA, f"no '{METADATA_NAME}' metadata record")

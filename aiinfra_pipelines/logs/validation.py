@@ -50,6 +50,8 @@ from aiinfra_pipelines.logs.reader import (
     check_schemas,
     scan_mcap,
 )
+from aiinfra_pipelines.logs.sources.build import ProfileLogBuilder, channels_by_topic
+from aiinfra_pipelines.logs.sources.profiles import SourceProfile, load_profiles, match_profile
 
 # Frame attributes checked for finiteness; the ones with a range in logs.yaml are also bounded.
 SIGNALS: tuple[str, ...] = (
@@ -84,6 +86,9 @@ class ValidationReport:
     duration_s: float = 0.0
     frame_rate_hz: float | None = None
     log: DriveLog | None = None
+    # The source profile the file was read with (resources/sources), and its sensors as found.
+    profile: str | None = None
+    sensors: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def codes(self) -> list[str]:
@@ -98,11 +103,16 @@ class ValidationReport:
             "frame_count": self.frame_count,
             "duration_s": self.duration_s,
             "frame_rate_hz": self.frame_rate_hz,
+            "profile": self.profile,
+            "sensors": list(self.sensors),
         }
 
 
 # --------------------------------------------------------------------------- rules
 
+
+# The simulated fleet's profile is read by logs.reader, the path every earlier log took.
+SIMULATED_PROFILE = "simulated"
 
 _LOCATION_SIGNALS = frozenset({"latitude", "longitude"})
 
@@ -387,11 +397,34 @@ def _build(scanned: ScannedLog, metadata: dict, reasons: list[Reason]) -> DriveL
         return None
 
 
-def _validate(data: Any, rules: dict[str, Any], anonymized: bool) -> ValidationReport:
+def _choose_profile(scanned: ScannedLog, source: str | None) -> SourceProfile | None:
+    """The file's source profile; ``None`` for a damaged simulated-layout file.
+
+    A file that no profile fits but that has any of the simulated fleet's topics is read with
+    the simulated reader anyway, so its missing channels and schemas are reported one by one.
+    """
+    channels = channels_by_topic(scanned.channels, scanned.schemas)
+    profiles = load_profiles()
+    try:
+        return match_profile(channels, source, profiles)
+    except DriveLogError:
+        simulated = profiles.get(SIMULATED_PROFILE)
+        topics = {spec.topic for spec in simulated.roles.values()} if simulated else set()
+        if source is None and topics & set(channels):
+            return None
+        raise
+
+
+def _validate(
+    data: Any, rules: dict[str, Any], anonymized: bool, source: str | None = None
+) -> ValidationReport:
     try:
         scanned = scan_mcap(data)
+        profile = _choose_profile(scanned, source)
     except DriveLogError as exc:
         return ValidationReport(accepted=False, reasons=[Reason(exc.code, exc.message)])
+    if profile is not None and profile.name != SIMULATED_PROFILE:
+        return _validate_profiled(scanned, profile, rules, anonymized)
     metadata, reasons = _metadata_reasons(scanned, rules, anonymized)
     reasons = check_channels(scanned) + reasons
     log = _build(scanned, metadata, reasons)
@@ -408,11 +441,60 @@ def _validate(data: Any, rules: dict[str, Any], anonymized: bool) -> ValidationR
         duration_s=duration,
         frame_rate_hz=rate,
         log=log,
+        profile=SIMULATED_PROFILE,
+    )
+
+
+def _validate_profiled(
+    scanned: ScannedLog, profile: SourceProfile, rules: dict[str, Any], anonymized: bool
+) -> ValidationReport:
+    """A real car's recording: the profile's metadata record, decoders and alignment."""
+    records = [
+        profile.metadata_from_record(record.metadata)
+        for record in scanned.metadata
+        if record.name == profile.metadata_record
+    ]
+    reasons: list[Reason] = []
+    metadata: dict[str, str] = records[0] if records else {}
+    if not records:
+        reasons.append(
+            Reason(errors.MISSING_METADATA, f"no '{profile.metadata_record}' metadata record")
+        )
+    else:
+        reasons += check_metadata(metadata, rules, anonymized)
+    builder = ProfileLogBuilder(scanned, profile)
+    camera = profile.role("front_camera")
+    times = np.array(
+        [m.log_time for m in scanned.messages.get(camera.topic if camera else "", [])], np.int64
+    )
+    log = None
+    try:
+        log = builder.build(metadata)
+    except DriveLogError as exc:
+        reasons.append(Reason(exc.code, exc.message))
+        reasons += check_timing(times.tolist(), rules)
+    if log is not None:
+        reasons += check_log_content(log, rules)
+    duration = float((times.max() - times.min()) / 1e9) if len(times) > 1 else 0.0
+    return ValidationReport(
+        accepted=not reasons,
+        reasons=reasons,
+        metadata=dict(metadata),
+        frame_count=len(times),
+        duration_s=duration,
+        frame_rate_hz=_frame_rate(times),
+        log=log,
+        profile=profile.name,
+        sensors=[sensor.to_dict() for sensor in builder.sensors],
     )
 
 
 def validate_drive_log(
-    data: bytes, rules: dict[str, Any] | None = None, *, anonymized: bool = False
+    data: bytes,
+    rules: dict[str, Any] | None = None,
+    *,
+    anonymized: bool = False,
+    source: str | None = None,
 ) -> ValidationReport:
     """Validate one uploaded MCAP file (bytes; a path or stream also works).
 
@@ -420,11 +502,13 @@ def validate_drive_log(
     the post-anonymization metadata contract (``vehicle_pseudonym`` instead of ``vin``), so the
     same gate can audit the anonymized asset. Never raises for bad data;
     an unexpected internal error still becomes a rejection (code ``validation_error``) so one
-    file cannot stop an ingest batch, while the message keeps the bug visible.
+    file cannot stop an ingest batch, while the message keeps the bug visible. ``source``
+    names the source profile (resources/sources) to read with; by default the file's channels
+    choose it.
     """
     resolved = resolve_rules(rules)
     try:
-        return _validate(data, resolved, anonymized)
+        return _validate(data, resolved, anonymized, source)
     except Exception as exc:  # the contract is "never raises", even for our own bugs
         return ValidationReport(
             accepted=False,
