@@ -21,8 +21,10 @@ from aiinfra_pipelines.progress import progress_bar
 app = typer.Typer(help="aiinfra: the perception stack's data loop.", no_args_is_help=True)
 fleet_app = typer.Typer(help="The simulated fleet.", no_args_is_help=True)
 lake_app = typer.Typer(help="The versioned data lake.", no_args_is_help=True)
+logs_app = typer.Typer(help="Drive logs (MCAP recordings).", no_args_is_help=True)
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(lake_app, name="lake")
+app.add_typer(logs_app, name="logs")
 console = Console()
 
 
@@ -124,6 +126,64 @@ def lake_upload(
             on_progress=lambda done, _total: progress.update(task, completed=done),
         )
     console.print(f"landed {len(result.keys)} file(s) on {result.branch} at {result.commit[:12]}")
+
+
+@logs_app.command("inspect")
+def logs_inspect(
+    path: Path = typer.Argument(..., exists=True, dir_okay=False, help="an MCAP file"),
+    source: str = typer.Option(
+        None, "--source", help="source profile (resources/sources); default: by channels"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout"),
+) -> None:
+    """Check a recording before upload: profile, channels, sensors, frames and the verdict.
+
+    Exits 1 when ingestion would quarantine the file.
+    """
+    import json
+
+    from aiinfra_pipelines.logs.inspect import inspect_log
+
+    report = inspect_log(path, source)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        verdict = "[green]accepted[/]" if report["accepted"] else "[red]refused[/]"
+        console.print(
+            f"{escape(str(path))}: {verdict} as [bold]{report['profile'] or 'no profile'}[/], "
+            f"{report['frames']} frame(s), {report['duration_s']:.1f} s"
+        )
+        channels = Table("topic", "encoding", "schema", "messages", "rate Hz")
+        for row in report["channels"]:
+            rate = "" if row["rate_hz"] is None else f"{row['rate_hz']:.2f}"
+            channels.add_row(
+                escape(row["topic"]),
+                row["encoding"],
+                escape(row["schema"]),
+                str(row["messages"]),
+                rate,
+            )
+        console.print(channels)
+        sensors = Table("role", "topic", "messages", "rate Hz", "details")
+        for sensor in report["sensors"]:
+            details = {
+                k: v
+                for k, v in sensor.items()
+                if k not in ("role", "topic", "schema", "messages", "rate_hz")
+            }
+            rate = "" if sensor["rate_hz"] is None else f"{sensor['rate_hz']:.2f}"
+            sensors.add_row(
+                sensor["role"],
+                escape(sensor["topic"]),
+                str(sensor["messages"]),
+                rate,
+                escape(json.dumps(details)),
+            )
+        console.print(sensors)
+        for reason in report["reasons"]:
+            console.print(f"  [red]{reason['code']}[/]: {escape(reason['message'])}")
+    if not report["accepted"]:
+        raise typer.Exit(code=1)
 
 
 @app.command("status")

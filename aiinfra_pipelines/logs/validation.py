@@ -473,6 +473,7 @@ def _validate_profiled(
     except DriveLogError as exc:
         reasons.append(Reason(exc.code, exc.message))
         reasons += check_timing(times.tolist(), rules)
+    reasons += [Reason(problem.code, problem.message) for problem in builder.problems]
     if log is not None:
         reasons += check_log_content(log, rules)
     duration = float((times.max() - times.min()) / 1e9) if len(times) > 1 else 0.0

@@ -95,6 +95,9 @@ class ProfileLogBuilder:
         self.profile = profile
         self.decoder = decode.MessageDecoder(scanned.schemas)
         self.sensors: list[SensorSummary] = []
+        # What is wrong with the sensors that do not form frames (calibration, LiDAR, IMU,
+        # transforms): collected, so a report names every problem, not just the first.
+        self.problems: list[DriveLogError] = []
 
     def _records(self, role: str) -> tuple[Channel | None, list[McapMessage]]:
         spec = self.profile.role(role)
@@ -162,7 +165,11 @@ class ProfileLogBuilder:
             for record in camera_records
         ]
         self._summarize("front_camera", width=images[0].shape[1], height=images[0].shape[0])
-        self._check_calibration(images[0].shape)
+        for check in (lambda: self._check_calibration(images[0].shape), self._check_pass_through):
+            try:
+                check()
+            except DriveLogError as problem:
+                self.problems.append(problem)
         aligned: dict[str, list[Any]] = {}
         for role in ("gnss", "pose", "vehicle_status"):
             spec = self.profile.role(role)
@@ -172,7 +179,6 @@ class ProfileLogBuilder:
             picked = _nearest(records, frame_times, round(spec.max_age_s * 1e9), role)
             aligned[role] = [self.decoder.decode(role_channel, record) for record in picked]
             self._summarize(role)
-        self._check_pass_through()
         frames = [
             self._frame(time, image, aligned, i)
             for i, (time, image) in enumerate(zip(frame_times, images, strict=True))

@@ -1,0 +1,57 @@
+"""``aiinfra logs inspect``: what an engineer checks on a recording before uploading it.
+
+The same validation ingestion runs (``validate_drive_log``, profile matching included), plus
+what helps fix a refused file: every channel with its encoding, schema, message count and rate,
+and the sensors the profile found with their calibration. One JSON object with ``--json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.reader import scan_mcap
+from aiinfra_pipelines.logs.validation import validate_drive_log
+
+
+def _channels(data: bytes) -> list[dict[str, Any]]:
+    try:
+        scanned = scan_mcap(data)
+    except DriveLogError:
+        return []  # the verdict's reasons already say why the container cannot be read
+    rows = []
+    for channel in sorted(scanned.channels.values(), key=lambda c: c.topic):
+        schema = scanned.schemas.get(channel.schema_id)
+        records = scanned.messages.get(channel.topic, [])
+        times = [record.log_time for record in records]
+        span = (max(times) - min(times)) / 1e9 if len(times) > 1 else 0.0
+        rows.append(
+            {
+                "topic": channel.topic,
+                "encoding": channel.message_encoding,
+                "schema": "" if schema is None else schema.name,
+                "messages": len(records),
+                "rate_hz": round((len(times) - 1) / span, 3) if span > 0 else None,
+            }
+        )
+    return rows
+
+
+def inspect_log(path: Path, source: str | None = None) -> dict[str, Any]:
+    """The inspection report of one MCAP file (never raises for a bad file)."""
+    data = path.read_bytes()
+    report = validate_drive_log(data, source=source)
+    return {
+        "file": str(path),
+        "bytes": len(data),
+        "accepted": report.accepted,
+        "profile": report.profile,
+        "frames": int(report.frame_count),
+        "duration_s": report.duration_s,
+        "frame_rate_hz": report.frame_rate_hz,
+        "reasons": [{"code": r.code, "message": r.message} for r in report.reasons],
+        "metadata": dict(report.metadata),
+        "channels": _channels(data),
+        "sensors": list(report.sensors),
+    }
