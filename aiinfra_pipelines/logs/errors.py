@@ -22,6 +22,7 @@ UNALIGNED_CHANNEL = "unaligned_channel"  # no sample near a camera timestamp on 
 UNKNOWN_SOURCE = "unknown_source"  # no source profile (resources/sources) fits the channels
 BAD_POINT_CLOUD = "bad_point_cloud"  # a LiDAR cloud whose field layout or size does not hold
 MISSING_CALIBRATION = "missing_calibration"  # a required camera calibration was not recorded
+CLOCK_SKEW = "clock_skew"  # a sensor's clock is off against the camera's beyond logs.yaml
 BAD_CALIBRATION = "bad_calibration"  # camera calibration absent, non-finite or wrong size
 
 INTEGRITY_CODES: frozenset[str] = frozenset(

@@ -50,7 +50,12 @@ from aiinfra_pipelines.logs.reader import (
     check_schemas,
     scan_mcap,
 )
-from aiinfra_pipelines.logs.sources.build import ProfileLogBuilder, channels_by_topic
+from aiinfra_pipelines.logs.sources.build import (
+    ClockSync,
+    ProfileLogBuilder,
+    channels_by_topic,
+    clock_sync,
+)
 from aiinfra_pipelines.logs.sources.profiles import SourceProfile, load_profiles, match_profile
 
 # Frame attributes checked for finiteness; the ones with a range in logs.yaml are also bounded.
@@ -474,6 +479,8 @@ def _validate_profiled(
         reasons.append(Reason(exc.code, exc.message))
         reasons += check_timing(times.tolist(), rules)
     reasons += [Reason(problem.code, problem.message) for problem in builder.problems]
+    sync = clock_sync(builder.clock_offsets())
+    reasons += check_clock_sync(sync, rules)
     if log is not None:
         reasons += check_log_content(log, rules)
     duration = float((times.max() - times.min()) / 1e9) if len(times) > 1 else 0.0
@@ -486,8 +493,36 @@ def _validate_profiled(
         frame_rate_hz=_frame_rate(times),
         log=log,
         profile=profile.name,
-        sensors=[sensor.to_dict() for sensor in builder.sensors],
+        sensors=_with_clock(builder.sensors, sync),
     )
+
+
+def _with_clock(sensors: list[Any], sync: list[ClockSync]) -> list[dict[str, Any]]:
+    by_role = {entry.role: entry for entry in sync}
+    rows = []
+    for sensor in sensors:
+        row = sensor.to_dict()
+        if sensor.role in by_role:
+            row["clock_skew_ms"] = by_role[sensor.role].skew_ms
+            row["clock_drift_ppm"] = by_role[sensor.role].drift_ppm
+        rows.append(row)
+    return rows
+
+
+def check_clock_sync(sync: list[ClockSync], rules: dict[str, Any]) -> list[Reason]:
+    """One reason per sensor whose clock is off the camera's beyond logs.yaml ``time_sync``."""
+    limits = rules.get("time_sync") or {}
+    max_skew, max_drift = float(limits["max_skew_ms"]), float(limits["max_drift_ppm"])
+    return [
+        Reason(
+            errors.CLOCK_SKEW,
+            f"{entry.role} clock is {entry.skew_ms:+.1f} ms off the camera's (limit "
+            f"{max_skew:g}) and drifts {entry.drift_ppm:+.0f} ppm (limit {max_drift:g}) "
+            f"over {entry.samples} stamps",
+        )
+        for entry in sync
+        if abs(entry.skew_ms) > max_skew or abs(entry.drift_ppm) > max_drift
+    ]
 
 
 def validate_drive_log(

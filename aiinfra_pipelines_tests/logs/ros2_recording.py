@@ -65,6 +65,8 @@ def write_ros2_recording(
     bad_jpeg_at: int | None = None,
     bad_cloud: bool = False,
     gnss_schema: str = "sensor_msgs/msg/NavSatFix",
+    lidar_clock_offset_ms: float = 0.0,
+    lidar_clock_drift_ppm: float = 0.0,
     metadata: dict[str, str] | None = None,
 ) -> bytes:
     """An MCAP file as a ROS 2 car records it: 10 Hz camera, 5 Hz GNSS, 10 Hz odom/status."""
@@ -144,7 +146,12 @@ def write_ros2_recording(
                 "altitude": 520.0,
             }
             write("/gnss/fix", gnss_schema, gnss if "NavSat" in gnss_schema else {}, t)
-            write("/lidar/points", "sensor_msgs/msg/PointCloud2", _cloud(t, 64, bad_cloud), t)
+            # The LiDAR stamps with its own clock: off by an offset, and running fast by a drift.
+            lidar_stamp = t + round(
+                lidar_clock_offset_ms * 1e6 + (t - START_NS) * lidar_clock_drift_ppm * 1e-6
+            )
+            cloud = _cloud(lidar_stamp, 64, bad_cloud)
+            write("/lidar/points", "sensor_msgs/msg/PointCloud2", cloud, t)
         half = frame.heading / 2.0
         write(
             "/odom",

@@ -127,3 +127,26 @@ def test_a_profile_without_a_frame_role_or_with_an_unknown_encoding_is_refused()
         parse_profile(
             {"name": "p", "roles": {**frame_roles, "vehicle_status": {**role, "encoding": "xml"}}}
         )
+
+
+def test_sensor_clocks_are_measured_against_the_cameras(ros2_log: bytes) -> None:
+    sensors = {sensor["role"]: sensor for sensor in validate_drive_log(ros2_log).sensors}
+    assert sensors["front_camera"]["clock_skew_ms"] == 0.0
+    # Odometry is logged 3 ms after it was stamped: transport latency, not a clock error.
+    assert sensors["pose"]["clock_skew_ms"] == pytest.approx(-3.0)
+    assert sensors["lidar"]["clock_drift_ppm"] == pytest.approx(0.0, abs=1.0)
+
+
+def test_a_skewed_lidar_clock_is_refused_with_the_measured_skew() -> None:
+    report = validate_drive_log(write_ros2_recording(lidar_clock_offset_ms=80.0))
+    assert report.codes == [errors.CLOCK_SKEW]
+    assert "lidar clock is +80.0 ms off the camera's (limit 20)" in report.reasons[0].message
+    lidar = next(s for s in report.sensors if s["role"] == "lidar")
+    assert lidar["clock_skew_ms"] == pytest.approx(80.0)
+
+
+def test_a_drifting_lidar_clock_is_refused_with_the_measured_drift() -> None:
+    # 5000 ppm over 2 s is 10 ms: the median skew stays inside the limit, the drift does not.
+    report = validate_drive_log(write_ros2_recording(lidar_clock_drift_ppm=5000.0))
+    assert report.codes == [errors.CLOCK_SKEW]
+    assert "drifts +5000 ppm" in report.reasons[0].message

@@ -24,6 +24,9 @@ from aiinfra_pipelines.logs.model import DriveLog, Frame, TriggerEvent
 from aiinfra_pipelines.logs.sources import decode
 from aiinfra_pipelines.logs.sources.profiles import SourceProfile
 
+# Roles whose messages carry the sensor's own time stamp, checked against the log clock.
+STAMPED_ROLES: tuple[str, ...] = ("front_camera", "lidar", "gnss", "pose", "imu", "vehicle_status")
+
 # Roles decoded only to check and summarize them; they do not become frame fields.
 PASS_THROUGH_ROLES: tuple[str, ...] = ("lidar", "imu", "static_transforms")
 
@@ -155,6 +158,23 @@ class ProfileLogBuilder:
             if self._decoded(role):
                 self._summarize(role)
 
+    def clock_offsets(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per stamped role: (log times s, sensor stamp - log time in ms), where stamps exist."""
+        offsets = {}
+        for role in STAMPED_ROLES:
+            channel, records = self._records(role)
+            if channel is None or not records:
+                continue
+            times, deltas = [], []
+            for record in records:
+                stamp = decode.header_stamp_ns(self.decoder.decode(channel, record))
+                if stamp is not None:
+                    times.append(record.log_time / 1e9)
+                    deltas.append((stamp - record.log_time) / 1e6)
+            if deltas:
+                offsets[role] = (np.asarray(times), np.asarray(deltas))
+        return offsets
+
     def build(self, metadata: dict[str, str]) -> DriveLog:
         channel, camera_records = self._records("front_camera")
         if channel is None or not camera_records:
@@ -235,3 +255,37 @@ def read_profiled_log(scanned: Any, name: str | None = None) -> DriveLog:
             errors.MISSING_METADATA, f"no '{profile.metadata_record}' metadata record"
         )
     return ProfileLogBuilder(scanned, profile).build(profile.metadata_from_record(records[0]))
+
+
+@dataclass(frozen=True)
+class ClockSync:
+    """One sensor's clock against the front camera's: constant skew and drift over the log."""
+
+    role: str
+    skew_ms: float
+    drift_ppm: float
+    samples: int
+
+
+def clock_sync(offsets: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[ClockSync]:
+    """Skew (median stamp offset minus the camera's) and drift (slope) of every stamped sensor.
+
+    A sensor stamps its own measurements; the recorder stamps arrival (log time). Transport
+    latency is a constant part of both offsets, so the camera's offset is the reference: what
+    differs from it is a sensor clock that is off (skew) or runs at another rate (drift).
+    """
+    if "front_camera" not in offsets:
+        return []
+    reference = float(np.median(offsets["front_camera"][1]))
+    result = []
+    for role, (times, deltas) in offsets.items():
+        drift = 0.0
+        if len(times) >= 3 and float(np.ptp(times)) > 0:
+            slope_ms_per_s = float(np.polyfit(times - times[0], deltas, 1)[0])
+            drift = slope_ms_per_s * 1000.0  # ms per s = 1e-3; in parts per million
+        result.append(
+            ClockSync(
+                role, round(float(np.median(deltas)) - reference, 3), round(drift, 1), len(deltas)
+            )
+        )
+    return result

@@ -1,0 +1,45 @@
+"""A real car's recordings through ingestion: a ROS 2 log reaches the scene index; broken ones
+are quarantined with their own reason, kept byte for byte on their branch, never merged."""
+
+from __future__ import annotations
+
+from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
+from aiinfra_pipelines.lake.publish import RUN_BRANCH_PREFIX
+from aiinfra_pipelines_tests.logs.ros2_recording import write_ros2_recording
+
+from .helpers import land, materialize_partition, partition_of, verdicts_of
+
+
+def test_a_ros2_upload_is_indexed_and_its_broken_logs_quarantined(
+    local_lake, instance, ingest_resources
+) -> None:
+    broken = {
+        "no-calibration": (write_ros2_recording(calibration=False), "missing_calibration"),
+        "bad-jpeg": (write_ros2_recording(bad_jpeg_at=3), "bad_image"),
+        "bad-cloud": (write_ros2_recording(bad_cloud=True), "bad_point_cloud"),
+        "gnss-as-imu": (
+            write_ros2_recording(gnss_schema="sensor_msgs/msg/Imu"),
+            "wrong_schema",
+        ),
+    }
+    good = write_ros2_recording(n_frames=24)
+    batch = land(
+        local_lake, "ros2-a", [("car", good), *((name, data) for name, (data, _) in broken.items())]
+    )
+
+    result = materialize_partition(instance, ingest_resources, partition_of(batch))
+
+    assert result.success
+    verdicts = verdicts_of(result)
+    assert verdicts["logs/car.mcap"] == "accepted"
+    assert {verdicts[f"logs/{name}.mcap"] for name in broken} == {"quarantined"}
+    index = scene_index_view(local_lake)
+    assert set(index["log_key"]) == {"logs/car.mcap"} and len(index) == 24
+    assert set(index["slice"]) == {"day/clear/highway"}
+    assert index["vehicle_pseudonym"].str.fullmatch(r"veh-[0-9a-f]{16}").all()
+    quarantine = quarantine_view(local_lake).set_index("log_key")
+    for name, (data, code) in broken.items():
+        assert code in quarantine.loc[f"logs/{name}.mcap", "reason_codes"].split(",")
+        assert local_lake.get_object(batch.branch, f"logs/{name}.mcap") == data
+    assert all(check.passed for check in result.get_asset_check_evaluations())
+    assert not local_lake.list_branches(prefix=RUN_BRANCH_PREFIX)
