@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.lake.publish import RUN_BRANCH_PREFIX
+from aiinfra_pipelines_tests.logs.foxglove_recording import write_foxglove_recording
 from aiinfra_pipelines_tests.logs.ros2_recording import write_ros2_recording
 
 from .helpers import land, materialize_partition, partition_of, verdicts_of
 
 
-def test_a_ros2_upload_is_indexed_and_its_broken_logs_quarantined(
+def test_ros2_and_foxglove_uploads_are_indexed_and_broken_logs_quarantined(
     local_lake, instance, ingest_resources
 ) -> None:
     broken = {
@@ -23,18 +24,21 @@ def test_a_ros2_upload_is_indexed_and_its_broken_logs_quarantined(
         ),
     }
     good = write_ros2_recording(n_frames=24)
+    foxglove = write_foxglove_recording(n_frames=16)
     batch = land(
-        local_lake, "ros2-a", [("car", good), *((name, data) for name, (data, _) in broken.items())]
+        local_lake,
+        "ros2-a",
+        [("car", good), ("fox", foxglove), *((name, data) for name, (data, _) in broken.items())],
     )
 
     result = materialize_partition(instance, ingest_resources, partition_of(batch))
 
     assert result.success
     verdicts = verdicts_of(result)
-    assert verdicts["logs/car.mcap"] == "accepted"
+    assert verdicts["logs/car.mcap"] == verdicts["logs/fox.mcap"] == "accepted"
     assert {verdicts[f"logs/{name}.mcap"] for name in broken} == {"quarantined"}
     index = scene_index_view(local_lake)
-    assert set(index["log_key"]) == {"logs/car.mcap"} and len(index) == 24
+    assert index.groupby("log_key").size().to_dict() == {"logs/car.mcap": 24, "logs/fox.mcap": 16}
     assert set(index["slice"]) == {"day/clear/highway"}
     assert index["vehicle_pseudonym"].str.fullmatch(r"veh-[0-9a-f]{16}").all()
     quarantine = quarantine_view(local_lake).set_index("log_key")

@@ -150,3 +150,18 @@ def test_a_drifting_lidar_clock_is_refused_with_the_measured_drift() -> None:
     report = validate_drive_log(write_ros2_recording(lidar_clock_drift_ppm=5000.0))
     assert report.codes == [errors.CLOCK_SKEW]
     assert "drifts +5000 ppm" in report.reasons[0].message
+
+
+def test_a_foxglove_log_is_accepted_with_its_sensors() -> None:
+    from .foxglove_recording import write_foxglove_recording
+
+    report = validate_drive_log(write_foxglove_recording())
+    assert report.accepted, report.reasons
+    assert report.profile == "foxglove" and report.frame_count == 20
+    expected = make_synthetic_log(20, image_height=HEIGHT, image_width=WIDTH, plates_per_frame=0)
+    assert report.log.frames[4].longitude == pytest.approx(expected.frames[4].longitude)
+    assert report.log.frames[4].heading == pytest.approx(expected.frames[4].heading)
+    sensors = {sensor["role"]: sensor for sensor in report.sensors}
+    assert sensors["lidar"]["points_mean"] == 32.0
+    assert sensors["front_camera_calibration"]["k"][0] == 100.0
+    assert sensors["gnss"]["clock_skew_ms"] == 0.0
