@@ -1,7 +1,8 @@
 """The perception network: a small CNN that reads the front camera frame.
 
 Small on purpose: it must train to a useful accuracy on 2 CPU cores in minutes, export cleanly
-to ONNX (only Conv/BatchNorm/ReLU/Gemm — every runtime and quantizer supports them) and run
+to ONNX (Conv/BatchNorm/ReLU/Gemm, and for the grid head ReduceMax/CumSum/Exp/Sigmoid —
+opset 17 ops onnxruntime and TensorRT run; INT8 quantizes only the Conv/Gemm weights) and run
 on the car well inside the latency budget.
 """
 
@@ -12,6 +13,8 @@ from torch import nn
 
 from .contract import LANES, PerceptionSpec
 
+# Row of the ego lane in the occupancy grid (left, ego, right).
+EGO_LANE = 1
 # Stride-2 blocks: the feature map is the image downsampled 2**STAGES times per axis.
 STAGES = 4
 
@@ -32,6 +35,101 @@ def feature_map_size(spec: PerceptionSpec) -> tuple[int, int]:
     return rows, columns
 
 
+def bin_column_ranges(
+    spec: PerceptionSpec, ego_u_px: float, scaling_px_per_m: float, stride_px: int
+) -> tuple[tuple[int, int], ...]:
+    """Feature-map column ranges [start, end) under each distance bin of the grid.
+
+    The ego-frame camera puts ego at ``ego_u_px`` with x ahead to the right at
+    ``scaling_px_per_m``, so a distance bin is a fixed band of image columns; on a map
+    downsampled ``stride_px`` times it covers these columns (at least one each).
+    """
+    columns = -(-spec.image_width // stride_px)
+    ranges = []
+    for near, far in zip(spec.bin_edges_m[:-1], spec.bin_edges_m[1:], strict=True):
+        start = int((ego_u_px + near * scaling_px_per_m) // stride_px)
+        end = int(-(-(ego_u_px + far * scaling_px_per_m) // stride_px))
+        start, end = min(max(start, 0), columns - 1), min(max(end, 1), columns)
+        ranges.append((start, max(end, start + 1)))
+    return tuple(ranges)
+
+
+def ahead_column_distances(
+    spec: PerceptionSpec, ego_u_px: float, scaling_px_per_m: float, stride_px: int
+) -> tuple[int, tuple[float, ...]]:
+    """(first feature-map column ahead of ego, each such column's centre distance / range)."""
+    columns = -(-spec.image_width // stride_px)
+    first = int(-(-ego_u_px // stride_px))
+    distances = tuple(
+        min(((c + 0.5) * stride_px - ego_u_px) / scaling_px_per_m, spec.max_range_m)
+        / spec.max_range_m
+        for c in range(first, columns)
+    )
+    return first, distances
+
+
+def expected_first_gap(column_logits: torch.Tensor, distances: torch.Tensor) -> torch.Tensor:
+    """Expected distance (N x 1) of the nearest column with a car, or 1.0 (the range) if none.
+
+    ``column_logits`` (N x C) say "a car in this column", nearest column first; P(first car
+    in column j) = p_j x prod_{i < j} (1 - p_i). Computed in log space with an exclusive
+    cumulative sum — CumSum, not a MatMul with a triangular mask, so INT8 quantization leaves
+    this probability arithmetic alone.
+    """
+    log_free = nn.functional.logsigmoid(-column_logits)
+    free_before = torch.exp(torch.cumsum(log_free, dim=1) - log_free)
+    first_here = torch.sigmoid(column_logits) * free_before
+    none = torch.exp(log_free.sum(dim=1, keepdim=True))
+    return (first_here * distances).sum(dim=1, keepdim=True) + none
+
+
+class GridHead(nn.Module):
+    """Lane detectors shared across the image, max-pooled over each distance bin's columns.
+
+    A dense trunk learns each grid cell's detector from the cars seen at that cell; in
+    junctions, where a crossing car may be anywhere, each cell sees few. These convolutions
+    detect "a car of lane r centred here" with one filter for every position (coordinate
+    channels tell them where the lane bands are), and each bin takes its columns' maximum.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        rows: int,
+        columns: int,
+        ranges: tuple[tuple[int, int], ...],
+        ahead: tuple[int, tuple[float, ...]],
+    ) -> None:
+        super().__init__()
+        first, distances = ahead
+        self.first_ahead = int(first)
+        self.register_buffer("distances", torch.tensor(distances, dtype=torch.float32))
+        ys = torch.linspace(-1.0, 1.0, rows).view(1, 1, rows, 1).expand(1, 1, rows, columns)
+        xs = torch.linspace(-1.0, 1.0, columns).view(1, 1, 1, columns).expand(1, 1, rows, columns)
+        self.register_buffer("coordinates", torch.cat([ys, xs], dim=1).contiguous())
+        self.detect = nn.Sequential(
+            nn.Conv2d(channels + 2, channels, kernel_size=3, padding=1, bias=False),
+            nn.BatchNorm2d(channels),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(channels, LANES, kernel_size=1),
+        )
+        self.ranges = ranges
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(occupancy logits N x 3 x bins, lead gap N x 1 normalized) from the lane maps.
+
+        The lead gap is the expected distance of the nearest ego-lane column with a car:
+        P(first car in column j) = p_j x prod_{i nearer} (1 - p_i), and the full range when
+        no column has one — the same detectors, read as "how far is the first car".
+        """
+        coordinates = self.coordinates.expand(features.shape[0], -1, -1, -1)
+        lanes = self.detect(torch.cat([features, coordinates], dim=1))
+        bins = [lanes[:, :, :, start:end].amax(dim=(2, 3)) for start, end in self.ranges]
+        ego_columns = lanes[:, EGO_LANE, :, self.first_ahead :].amax(dim=1)
+        gap = expected_first_gap(ego_columns, self.distances)
+        return torch.stack(bins, dim=2), gap
+
+
 class PerceptionNet(nn.Module):
     """Image (N x 3 x H x W, [0,1]) → (occupancy logits N x 3 x bins, lead gap N x 1 in [0,1]).
 
@@ -48,6 +146,8 @@ class PerceptionNet(nn.Module):
         width: int = 32,
         hidden: int = 128,
         pool: tuple[int, int] | None = (2, 5),
+        grid_ranges: tuple[tuple[int, int], ...] | None = None,
+        grid_ahead: tuple[int, tuple[float, ...]] | None = None,
     ) -> None:
         super().__init__()
         self.spec = spec
@@ -68,9 +168,30 @@ class PerceptionNet(nn.Module):
         )
         self.occupancy_head = nn.Linear(hidden, LANES * spec.bins)
         self.lead_gap_head = nn.Linear(hidden, 1)
+        self.grid_head: GridHead | None = None
+        if grid_ranges is not None:
+            rows, columns = spec.image_height, spec.image_width
+            for _ in range(STAGES - 1):
+                rows, columns = (rows - 1) // 2 + 1, (columns - 1) // 2 + 1
+            if grid_ahead is None:
+                raise ValueError("a grid head needs grid_ahead (ahead_column_distances)")
+            self.grid_head = GridHead(width * 2, rows, columns, tuple(grid_ranges), grid_ahead)
+            # How much of the lead gap comes from the trunk vs the grid (learned, sigmoid).
+            self.gap_mix = nn.Parameter(torch.zeros(1))
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden = self.trunk(self.pool(self.features(image)))
+        if self.grid_head is None:
+            hidden = self.trunk(self.pool(self.features(image)))
+            grid = None
+        else:
+            fine = self.features[: STAGES - 1](image)
+            hidden = self.trunk(self.pool(self.features[STAGES - 1](fine)))
+            grid = self.grid_head(fine)
         occupancy = self.occupancy_head(hidden).view(-1, LANES, self.spec.bins)
         lead_gap = torch.sigmoid(self.lead_gap_head(hidden))
+        if grid is not None:
+            grid_occupancy, grid_gap = grid
+            occupancy = occupancy + grid_occupancy
+            mix = torch.sigmoid(self.gap_mix)
+            lead_gap = mix * lead_gap + (1.0 - mix) * grid_gap
         return occupancy, lead_gap

@@ -150,6 +150,36 @@ def loss_weighting(config: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def _grid_geometry(spec: PerceptionSpec, head: str) -> dict[str, Any]:
+    """``model.head``: ``dense`` (the trunk alone) or ``dense+grid`` (plus shared detectors).
+
+    The grid head needs where the camera puts each distance bin and each column ahead of ego
+    (fleet.yaml ``camera``); kept as plain lists so the checkpoint's hyperparameters rebuild it.
+    """
+    if head == "dense":
+        return {}
+    if head != "dense+grid":
+        raise ValueError(f"model.head must be dense or dense+grid, got {head!r}")
+    from aiinfra_pipelines.fleet.camera import EgoCamera
+    from aiinfra_pipelines.fleet.settings import fleet_config
+    from aiinfra_pipelines.perception.network import (
+        STAGES,
+        ahead_column_distances,
+        bin_column_ranges,
+    )
+
+    camera = EgoCamera.from_config(fleet_config()["camera"])
+    stride = 2 ** (STAGES - 1)
+    ranges = bin_column_ranges(spec, camera.ego_u_px, camera.scaling_px_per_m, stride)
+    first, distances = ahead_column_distances(
+        spec, camera.ego_u_px, camera.scaling_px_per_m, stride
+    )
+    return {
+        "grid_ranges": [list(r) for r in ranges],
+        "grid_ahead": [first, list(distances)],
+    }
+
+
 class PerceptionModule(L.LightningModule):
     """Trains ``PerceptionNet``: occupancy BCE + weighted lead-gap SmoothL1, AdamW + schedule."""
 
@@ -180,6 +210,8 @@ class PerceptionModule(L.LightningModule):
         near_bin_weight: float = 1.0,
         ego_lane_weight: float = 1.0,
         pool: Sequence[int] | None = (2, 5),
+        grid_ranges: Sequence[Sequence[int]] | None = None,
+        grid_ahead: Sequence[Any] | None = None,
     ) -> None:
         super().__init__()
         if scheduler not in SCHEDULERS:
@@ -200,6 +232,10 @@ class PerceptionModule(L.LightningModule):
             width=width,
             hidden=hidden,
             pool=None if pool is None else (int(pool[0]), int(pool[1])),
+            grid_ranges=None if grid_ranges is None else tuple(tuple(r) for r in grid_ranges),
+            grid_ahead=None
+            if grid_ahead is None
+            else (int(grid_ahead[0]), tuple(float(d) for d in grid_ahead[1])),
         )
         # Not persistent: derived from the hyperparameters, so a checkpoint rebuilds it.
         self.register_buffer(
@@ -242,6 +278,7 @@ class PerceptionModule(L.LightningModule):
             channels_last=bool(config["model"].get("channels_last", False)),
             **loss_weighting(config),
             pool=config["model"].get("pool", (2, 5)),
+            **_grid_geometry(spec, config["model"].get("head", "dense")),
         )
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,79 @@
+"""The perception network's optional grid head: geometry, the lead-gap read-out, ONNX parity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from aiinfra_pipelines.deployment.export import export_checked_onnx
+from aiinfra_pipelines.fleet.camera import EgoCamera
+from aiinfra_pipelines.fleet.settings import fleet_config
+from aiinfra_pipelines.perception.contract import PerceptionSpec, perception_spec
+from aiinfra_pipelines.perception.network import (
+    PerceptionNet,
+    ahead_column_distances,
+    bin_column_ranges,
+    expected_first_gap,
+)
+from aiinfra_pipelines.training.module import PerceptionModule, _grid_geometry
+from aiinfra_pipelines.training.train import load_training_config
+
+SPEC = PerceptionSpec(64, 160, (-10.0, 0.0, 10.0, 20.0, 35.0, 50.0, 75.0), 75.0)
+
+
+def test_each_distance_bin_maps_to_the_feature_columns_under_it() -> None:
+    # ego at 40 px, 1.6 px/m, 8 px per column: 0-10 m is x 40-56 px, columns 5 and 6.
+    ranges = bin_column_ranges(SPEC, ego_u_px=40.0, scaling_px_per_m=1.6, stride_px=8)
+    assert ranges == ((3, 5), (5, 7), (7, 9), (9, 12), (12, 15), (15, 20))
+    first, distances = ahead_column_distances(SPEC, 40.0, 1.6, 8)
+    assert first == 5 and len(distances) == 15
+    assert distances[0] == pytest.approx(2.5 / 75.0)  # column 5's centre, 44 px
+    assert distances[-1] == pytest.approx(72.5 / 75.0)
+
+
+def test_the_shipped_camera_gives_the_same_geometry_the_head_is_built_with() -> None:
+    camera = EgoCamera.from_config(fleet_config()["camera"])
+    geometry = _grid_geometry(perception_spec(), "dense+grid")
+    expected = bin_column_ranges(perception_spec(), camera.ego_u_px, camera.scaling_px_per_m, 8)
+    assert [tuple(r) for r in geometry["grid_ranges"]] == list(expected)
+    assert _grid_geometry(perception_spec(), "dense") == {}
+    with pytest.raises(ValueError, match="dense or dense\\+grid"):
+        _grid_geometry(perception_spec(), "sparse")
+
+
+def test_the_lead_gap_is_the_nearest_column_with_a_car_or_the_full_range() -> None:
+    distances = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    sure, none = 30.0, -30.0
+    logits = torch.tensor(
+        [
+            [none, sure, none, sure],  # first car in column 1 (the one in column 3 is behind it)
+            [none, none, none, none],  # nothing ahead: the sensing range
+            [0.0, none, none, none],  # a coin flip in column 0: halfway to the range
+        ]
+    )
+    gap = expected_first_gap(logits, distances).squeeze(1)
+    assert gap.tolist() == pytest.approx([0.2, 1.0, 0.55], abs=1e-6)
+
+
+def test_a_grid_network_trains_a_step_and_exports_to_onnx_with_parity() -> None:
+    config = load_training_config({"model": {"head": "dense+grid"}})
+    module = PerceptionModule.from_config(perception_spec(), config, seed=0)
+    network = module.net
+    assert network.grid_head is not None
+    spec = perception_spec()
+    images = torch.rand(4, 3, spec.image_height, spec.image_width)
+    occupancy, gap = network(images)
+    assert occupancy.shape == (4, 3, spec.bins) and gap.shape == (4, 1)
+    assert torch.all((gap >= 0.0) & (gap <= 1.0))
+    (occupancy.mean() + gap.mean()).backward()
+    assert network.grid_head.detect[0].weight.grad is not None
+    network.eval()
+    exported = export_checked_onnx(
+        network,
+        np.random.default_rng(0).random((4, 3, 64, 160), np.float32),
+        tolerance=1e-4,
+        opset=17,
+    )
+    assert exported.max_abs_error["lead_gap"] <= 1e-4
+    assert isinstance(PerceptionNet(spec).grid_head, type(None))
