@@ -54,4 +54,5 @@ def inspect_log(path: Path, source: str | None = None) -> dict[str, Any]:
         "metadata": dict(report.metadata),
         "channels": _channels(data),
         "sensors": list(report.sensors),
+        "derived_conditions": dict(report.derived_conditions),
     }

@@ -56,6 +56,7 @@ from aiinfra_pipelines.logs.sources.build import (
     channels_by_topic,
     clock_sync,
 )
+from aiinfra_pipelines.logs.sources.conditions import fill_conditions
 from aiinfra_pipelines.logs.sources.profiles import SourceProfile, load_profiles, match_profile
 
 # Frame attributes checked for finiteness; the ones with a range in logs.yaml are also bounded.
@@ -94,6 +95,8 @@ class ValidationReport:
     # The source profile the file was read with (resources/sources), and its sensors as found.
     profile: str | None = None
     sensors: list[dict[str, Any]] = field(default_factory=list)
+    # Conditions a real recording did not state, and how each was derived (or "unknown").
+    derived_conditions: dict[str, str] = field(default_factory=dict)
 
     @property
     def codes(self) -> list[str]:
@@ -110,6 +113,7 @@ class ValidationReport:
             "frame_rate_hz": self.frame_rate_hz,
             "profile": self.profile,
             "sensors": list(self.sensors),
+            "derived_conditions": dict(self.derived_conditions),
         }
 
 
@@ -461,12 +465,6 @@ def _validate_profiled(
     ]
     reasons: list[Reason] = []
     metadata: dict[str, str] = records[0] if records else {}
-    if not records:
-        reasons.append(
-            Reason(errors.MISSING_METADATA, f"no '{profile.metadata_record}' metadata record")
-        )
-    else:
-        reasons += check_metadata(metadata, rules, anonymized)
     builder = ProfileLogBuilder(scanned, profile)
     camera = profile.role("front_camera")
     times = np.array(
@@ -478,6 +476,16 @@ def _validate_profiled(
     except DriveLogError as exc:
         reasons.append(Reason(exc.code, exc.message))
         reasons += check_timing(times.tolist(), rules)
+    if not records:
+        reasons.insert(
+            0, Reason(errors.MISSING_METADATA, f"no '{profile.metadata_record}' metadata record")
+        )
+    else:
+        metadata, derived = fill_conditions(metadata, log, rules["conditions"])
+        if log is not None:
+            log.metadata.update(metadata)
+        builder.derived_conditions.update(derived)
+        reasons[:0] = check_metadata(metadata, rules, anonymized)
     reasons += [Reason(problem.code, problem.message) for problem in builder.problems]
     sync = clock_sync(builder.clock_offsets())
     reasons += check_clock_sync(sync, rules)
@@ -494,6 +502,7 @@ def _validate_profiled(
         log=log,
         profile=profile.name,
         sensors=_with_clock(builder.sensors, sync),
+        derived_conditions=dict(builder.derived_conditions),
     )
 
 

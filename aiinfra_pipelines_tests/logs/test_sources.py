@@ -165,3 +165,30 @@ def test_a_foxglove_log_is_accepted_with_its_sensors() -> None:
     assert sensors["lidar"]["points_mean"] == 32.0
     assert sensors["front_camera_calibration"]["k"][0] == 100.0
     assert sensors["gnss"]["clock_skew_ms"] == 0.0
+
+
+def test_conditions_a_real_log_lacks_are_derived_or_unknown_never_guessed() -> None:
+    stated = make_synthetic_log(20, image_height=HEIGHT, image_width=WIDTH).metadata
+    bare = {k: v for k, v in stated.items() if k not in ("lighting", "weather", "road_type")}
+    report = validate_drive_log(write_ros2_recording(metadata=bare))
+    assert report.accepted, report.reasons
+    # 08:00 UTC on 1 June in Munich: the sun is well up.
+    assert report.metadata["lighting"] == "day"
+    assert report.metadata["weather"] == report.metadata["road_type"] == "unknown"
+    assert report.log.metadata["weather"] == "unknown"
+    assert "above the horizon" in report.derived_conditions["lighting"]
+    assert set(report.derived_conditions) == {"lighting", "weather", "road_type"}
+    # What a log states is kept as recorded.
+    assert validate_drive_log(write_ros2_recording()).derived_conditions == {}
+
+
+def test_lighting_follows_the_sun_at_the_logs_position() -> None:
+    from datetime import UTC, datetime
+
+    from aiinfra_pipelines.logs.sources.conditions import solar_elevation_deg
+
+    munich = (48.14, 11.58)
+    assert solar_elevation_deg(*munich, datetime(2024, 6, 21, 11, 20, tzinfo=UTC)) > 60.0
+    assert solar_elevation_deg(*munich, datetime(2024, 6, 21, 23, 0, tzinfo=UTC)) < -10.0
+    # Same instant, the other side of the planet: night in Munich is day in Sydney.
+    assert solar_elevation_deg(-33.87, 151.21, datetime(2024, 6, 21, 2, 0, tzinfo=UTC)) > 20.0

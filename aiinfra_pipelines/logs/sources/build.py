@@ -101,6 +101,8 @@ class ProfileLogBuilder:
         # What is wrong with the sensors that do not form frames (calibration, LiDAR, IMU,
         # transforms): collected, so a report names every problem, not just the first.
         self.problems: list[DriveLogError] = []
+        # Condition keys the recording did not state, with how validation derived each.
+        self.derived_conditions: dict[str, str] = {}
 
     def _records(self, role: str) -> tuple[Channel | None, list[McapMessage]]:
         spec = self.profile.role(role)
