@@ -68,12 +68,19 @@ def activation_tensors(model: onnx.ModelProto) -> list[ProducedTensor]:
     """Tensors computed from the model input, in graph (topological) order.
 
     Outputs of nodes that only transform constants (Identity of a weight, shape constants) are
-    not activations and would only pad the report.
+    not activations and would only pad the report; nor are shape computations on the input
+    (``Shape`` of the batch and what derives from it alone), which are integers, not signals.
     """
     dynamic = {value.name for value in model.graph.input}
+    shape_only: set[str] = set()  # the batch size and what is computed from it alone
     produced: list[ProducedTensor] = []
     for node in model.graph.node:
-        if not any(name in dynamic for name in node.input):
+        inputs = [name for name in node.input if name in dynamic]
+        if not inputs:
+            continue
+        if node.op_type == "Shape" or all(name in shape_only for name in inputs):
+            shape_only.update(output for output in node.output if output)
+            dynamic.update(output for output in node.output if output)
             continue
         for output in node.output:
             if output:

@@ -88,8 +88,8 @@ class GridHead(nn.Module):
 
     A dense trunk learns each grid cell's detector from the cars seen at that cell; in
     junctions, where a crossing car may be anywhere, each cell sees few. These convolutions
-    detect "a car of lane r centred here" with one filter for every position (coordinate
-    channels tell them where the lane bands are), and each bin takes its columns' maximum.
+    detect "a car of lane r centred here" with one filter for every position (a learned
+    position map tells them where the lane bands are), and each bin takes its columns' maximum.
     """
 
     def __init__(
@@ -104,11 +104,13 @@ class GridHead(nn.Module):
         first, distances = ahead
         self.first_ahead = int(first)
         self.register_buffer("distances", torch.tensor(distances, dtype=torch.float32))
-        ys = torch.linspace(-1.0, 1.0, rows).view(1, 1, rows, 1).expand(1, 1, rows, columns)
-        xs = torch.linspace(-1.0, 1.0, columns).view(1, 1, 1, columns).expand(1, 1, rows, columns)
-        self.register_buffer("coordinates", torch.cat([ys, xs], dim=1).contiguous())
+        # Where in the image a detector fires matters (which lane band, which bin): a learned
+        # map added to the shared detectors' response at every position, the same for every
+        # frame. A parameter rather than a convolution of coordinate channels, so the exported
+        # graph holds only an Add of a constant: no batch-shape ops, no Conv on constants.
+        self.where = nn.Parameter(torch.zeros(1, channels, rows, columns))
+        self.detect_features = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
         self.detect = nn.Sequential(
-            nn.Conv2d(channels + 2, channels, kernel_size=3, padding=1, bias=False),
             nn.BatchNorm2d(channels),
             nn.ReLU(inplace=True),
             nn.Conv2d(channels, LANES, kernel_size=1),
@@ -122,8 +124,7 @@ class GridHead(nn.Module):
         P(first car in column j) = p_j x prod_{i nearer} (1 - p_i), and the full range when
         no column has one — the same detectors, read as "how far is the first car".
         """
-        coordinates = self.coordinates.expand(features.shape[0], -1, -1, -1)
-        lanes = self.detect(torch.cat([features, coordinates], dim=1))
+        lanes = self.detect(self.detect_features(features) + self.where)
         bins = [lanes[:, :, :, start:end].amax(dim=(2, 3)) for start, end in self.ranges]
         ego_columns = lanes[:, EGO_LANE, :, self.first_ahead :].amax(dim=1)
         gap = expected_first_gap(ego_columns, self.distances)
