@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aiinfra_pipelines.logs.errors import DriveLogError
-from aiinfra_pipelines.logs.reader import scan_mcap
+from aiinfra_pipelines.logs.reader import rate_hz, scan_mcap
 from aiinfra_pipelines.logs.validation import validate_drive_log
 
 
@@ -24,15 +24,14 @@ def _channels(data: bytes) -> list[dict[str, Any]]:
     for channel in sorted(scanned.channels.values(), key=lambda c: c.topic):
         schema = scanned.schemas.get(channel.schema_id)
         records = scanned.messages.get(channel.topic, [])
-        times = [record.log_time for record in records]
-        span = (max(times) - min(times)) / 1e9 if len(times) > 1 else 0.0
+        rate = rate_hz(sorted(record.log_time for record in records))
         rows.append(
             {
                 "topic": channel.topic,
                 "encoding": channel.message_encoding,
                 "schema": "" if schema is None else schema.name,
                 "messages": len(records),
-                "rate_hz": round((len(times) - 1) / span, 3) if span > 0 else None,
+                "rate_hz": None if rate is None else round(rate, 3),
             }
         )
     return rows

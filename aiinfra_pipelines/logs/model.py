@@ -29,6 +29,10 @@ REQUIRED_METADATA_KEYS: tuple[str, ...] = (
 )
 METADATA_SCHEMA_VERSION = "1"
 
+# The source profile (resources/sources) of the layout below, read by logs.reader; every other
+# recording goes through logs.sources.
+SIMULATED_PROFILE = "simulated"
+
 # Channel topics, fixed so that any uploader (simulated or a real fleet) lands the same layout.
 TOPIC_CAMERA = "/camera/front"  # foxglove.RawImage
 TOPIC_LOCATION = "/ego/location"  # foxglove.LocationFix (GPS)

@@ -20,7 +20,7 @@ import os
 import struct
 import zlib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -39,6 +39,7 @@ from mcap.well_known import MessageEncoding, SchemaEncoding
 from aiinfra_pipelines.logs import _config, errors
 from aiinfra_pipelines.logs.errors import DriveLogError
 from aiinfra_pipelines.logs.model import (
+    SIMULATED_PROFILE,
     TOPIC_CAMERA,
     TOPIC_CAN,
     TOPIC_GROUND_TRUTH,
@@ -370,7 +371,7 @@ def _event(record: McapMessage) -> TriggerEvent:
 # --------------------------------------------------------------------------- alignment
 
 
-def _align(
+def align_records(
     camera_times: list[int], records: list[McapMessage], tolerance_ns: int
 ) -> list[McapMessage | None]:
     """The record of one channel that belongs to each camera frame (``None`` if none does).
@@ -397,6 +398,13 @@ def _align(
     return aligned
 
 
+def rate_hz(times_ns: Sequence[int] | np.ndarray) -> float | None:
+    """Messages per second over log times in order; ``None`` for fewer than two or no span."""
+    if len(times_ns) < 2 or times_ns[-1] <= times_ns[0]:
+        return None
+    return (len(times_ns) - 1) / ((times_ns[-1] - times_ns[0]) / 1e9)
+
+
 def _tolerance_ns() -> int:
     return round(float(_config.setting("reader", "align_tolerance_s")) * 1e9)
 
@@ -416,7 +424,7 @@ def _require_frame_channels(
 def _aligned_channel(
     scanned: ScannedLog, topic: str, camera_times: list[int], required: bool
 ) -> list[Any | None]:
-    aligned = _align(camera_times, scanned.messages.get(topic, []), _tolerance_ns())
+    aligned = align_records(camera_times, scanned.messages.get(topic, []), _tolerance_ns())
     decoded = []
     for time, record in zip(camera_times, aligned, strict=True):
         if record is None and required:
@@ -465,7 +473,7 @@ def read_drive_log(source: Source, profile: str | None = None) -> DriveLog:
     ``profile``) through its source profile (``logs.sources``).
     """
     scanned = scan_mcap(source)
-    if profile not in (None, "simulated") or scanned.channel(TOPIC_CAMERA) is None:
+    if profile not in (None, SIMULATED_PROFILE) or scanned.channel(TOPIC_CAMERA) is None:
         from aiinfra_pipelines.logs.sources.build import read_profiled_log
 
         return read_profiled_log(scanned, profile)

@@ -41,6 +41,7 @@ from aiinfra_pipelines.logs.model import (
     METADATA_SCHEMA_VERSION,
     REQUIRED_METADATA_KEYS,
     REQUIRED_TOPICS,
+    SIMULATED_PROFILE,
     TOPIC_CAMERA,
     DriveLog,
 )
@@ -48,6 +49,7 @@ from aiinfra_pipelines.logs.reader import (
     ScannedLog,
     build_drive_log,
     check_schemas,
+    rate_hz,
     scan_mcap,
 )
 from aiinfra_pipelines.logs.sources.build import (
@@ -119,9 +121,6 @@ class ValidationReport:
 
 # --------------------------------------------------------------------------- rules
 
-
-# The simulated fleet's profile is read by logs.reader, the path every earlier log took.
-SIMULATED_PROFILE = "simulated"
 
 _LOCATION_SIGNALS = frozenset({"latitude", "longitude"})
 
@@ -264,12 +263,6 @@ def _metadata_reasons(
 # --------------------------------------------------------------------------- content checks
 
 
-def _frame_rate(times: np.ndarray) -> float | None:
-    if len(times) < 2 or times[-1] <= times[0]:
-        return None
-    return (len(times) - 1) / ((times[-1] - times[0]) / 1e9)
-
-
 def check_timing(times_ns: Iterable[int], rules: dict[str, Any]) -> list[Reason]:
     """Count, strict monotonicity, average rate and the longest gap of camera frames."""
     times = np.asarray(list(times_ns), dtype=np.int64)
@@ -288,7 +281,7 @@ def check_timing(times_ns: Iterable[int], rules: dict[str, Any]) -> list[Reason]
                 f"{int(backwards[0]) + 1}",
             )
         )
-    rate = _frame_rate(times)
+    rate = rate_hz(times)
     low, high = rules["frame_rate_hz"]["min"], rules["frame_rate_hz"]["max"]
     if rate is not None and not low <= rate <= high:
         reasons.append(
@@ -389,7 +382,7 @@ def check_log_content(log: DriveLog, rules: dict[str, Any] | None = None) -> lis
 def _camera_stats(scanned: ScannedLog) -> tuple[int, float, float | None]:
     times = np.array([m.log_time for m in scanned.messages.get(TOPIC_CAMERA, [])], np.int64)
     duration = float((times.max() - times.min()) / 1e9) if len(times) > 1 else 0.0
-    return len(times), duration, _frame_rate(times)
+    return len(times), duration, rate_hz(times)
 
 
 # Raised by the frame builder for problems that check_channels has already reported.
@@ -458,11 +451,7 @@ def _validate_profiled(
     scanned: ScannedLog, profile: SourceProfile, rules: dict[str, Any], anonymized: bool
 ) -> ValidationReport:
     """A real car's recording: the profile's metadata record, decoders and alignment."""
-    records = [
-        profile.metadata_from_record(record.metadata)
-        for record in scanned.metadata
-        if record.name == profile.metadata_record
-    ]
+    records = profile.metadata_records(scanned.metadata)
     reasons: list[Reason] = []
     metadata: dict[str, str] = records[0] if records else {}
     builder = ProfileLogBuilder(scanned, profile)
@@ -498,7 +487,7 @@ def _validate_profiled(
         metadata=dict(metadata),
         frame_count=len(times),
         duration_s=duration,
-        frame_rate_hz=_frame_rate(times),
+        frame_rate_hz=rate_hz(times),
         log=log,
         profile=profile.name,
         sensors=_with_clock(builder.sensors, sync),

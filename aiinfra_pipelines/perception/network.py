@@ -27,10 +27,10 @@ def _block(channels_in: int, channels_out: int) -> nn.Sequential:
     )
 
 
-def feature_map_size(spec: PerceptionSpec) -> tuple[int, int]:
-    """(rows, columns) of the last block's output for the contract's image size."""
+def feature_map_size(spec: PerceptionSpec, stages: int = STAGES) -> tuple[int, int]:
+    """(rows, columns) after ``stages`` blocks (default: the last) for the contract's image."""
     rows, columns = spec.image_height, spec.image_width
-    for _ in range(STAGES):  # kernel 3, stride 2, padding 1: ceil(n / 2)
+    for _ in range(stages):  # kernel 3, stride 2, padding 1: ceil(n / 2)
         rows, columns = (rows - 1) // 2 + 1, (columns - 1) // 2 + 1
     return rows, columns
 
@@ -171,9 +171,7 @@ class PerceptionNet(nn.Module):
         self.lead_gap_head = nn.Linear(hidden, 1)
         self.grid_head: GridHead | None = None
         if grid_ranges is not None:
-            rows, columns = spec.image_height, spec.image_width
-            for _ in range(STAGES - 1):
-                rows, columns = (rows - 1) // 2 + 1, (columns - 1) // 2 + 1
+            rows, columns = feature_map_size(spec, STAGES - 1)
             if grid_ahead is None:
                 raise ValueError("a grid head needs grid_ahead (ahead_column_distances)")
             self.grid_head = GridHead(width * 2, rows, columns, tuple(grid_ranges), grid_ahead)

@@ -8,7 +8,6 @@ event channels and the ``drive_log`` metadata record can share the file.
 from __future__ import annotations
 
 import io
-import json
 import math
 
 from foxglove_schemas_protobuf.CameraCalibration_pb2 import CameraCalibration
@@ -24,7 +23,7 @@ from mcap_protobuf.schema import register_schema
 
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 
-from .ros2_recording import HEIGHT, START_NS, WIDTH, _jpeg
+from .ros2_recording import HEIGHT, START_NS, WIDTH, JsonChannels, _jpeg
 
 
 def _stamp(time_ns: int) -> Timestamp:
@@ -45,11 +44,7 @@ def write_foxglove_recording(n_frames: int = 20) -> bytes:
             channels[topic] = writer.register_channel(topic, "protobuf", schema)
         writer.add_message(channels[topic], time_ns, message.SerializeToString(), time_ns)
 
-    def write_json(topic: str, name: str, payload: dict, time_ns: int) -> None:
-        if topic not in channels:
-            schema = writer.register_schema(name, "jsonschema", b'{"type": "object"}')
-            channels[topic] = writer.register_channel(topic, "json", schema)
-        writer.add_message(channels[topic], time_ns, json.dumps(payload).encode(), time_ns)
+    json_channels = JsonChannels(writer)
 
     write("/tf_static", FrameTransforms(), START_NS)
     for i, frame in enumerate(log.frames):
@@ -105,24 +100,8 @@ def write_foxglove_recording(n_frames: int = 20) -> bytes:
         pose.pose.orientation.z = math.sin(frame.heading / 2.0)
         pose.pose.orientation.w = math.cos(frame.heading / 2.0)
         write("/pose", pose, t)
-        write_json(
-            "/vehicle/status",
-            "aiinfra.VehicleStatus",
-            {
-                "speed_mps": frame.speed_mps,
-                "accel_mps2": frame.accel_mps2,
-                "steering_rad": frame.steering_rad,
-                "brake": frame.brake,
-            },
-            t,
-        )
-    for event in log.events:
-        write_json(
-            "/events",
-            "aiinfra.TriggerEvent",
-            {"rule": event.rule, "value": event.value, "threshold": event.threshold},
-            START_NS + (event.timestamp_ns - log.frames[0].timestamp_ns),
-        )
+        json_channels.vehicle_status(frame, t)
+    json_channels.events(log)
     writer.add_metadata("drive_log", dict(log.metadata))
     writer.finish()
     return buffer.getvalue()

@@ -38,6 +38,36 @@ def _header(time_ns: int, frame_id: str) -> dict[str, Any]:
     }
 
 
+class JsonChannels:
+    """The JSON channels both test recorders share: vehicle status and trigger events."""
+
+    def __init__(self, writer: Writer) -> None:
+        self._writer = writer
+        self._channels: dict[str, int] = {}
+
+    def write(self, topic: str, name: str, payload: dict[str, Any], time_ns: int) -> None:
+        if topic not in self._channels:
+            schema = self._writer.register_schema(name, "jsonschema", b'{"type": "object"}')
+            self._channels[topic] = self._writer.register_channel(topic, "json", schema)
+        data = json.dumps(payload).encode()
+        self._writer.add_message(self._channels[topic], time_ns, data, time_ns)
+
+    def vehicle_status(self, frame: Any, time_ns: int) -> None:
+        keys = ("speed_mps", "accel_mps2", "steering_rad", "brake")
+        payload = {key: getattr(frame, key) for key in keys}
+        self.write("/vehicle/status", "aiinfra.VehicleStatus", payload, time_ns)
+
+    def events(self, log: Any) -> None:
+        """The log's trigger events, on the recording's clock (starting at START_NS)."""
+        for event in log.events:
+            self.write(
+                "/events",
+                "aiinfra.TriggerEvent",
+                {"rule": event.rule, "value": event.value, "threshold": event.threshold},
+                START_NS + (event.timestamp_ns - log.frames[0].timestamp_ns),
+            )
+
+
 def _cloud(time_ns: int, points: int, wrong_layout: bool) -> dict[str, Any]:
     xyz = np.random.default_rng(points).normal(size=(points, 4)).astype(np.float32)
     kind = 8 if wrong_layout else 7  # FLOAT64 announced over FLOAT32 bytes
@@ -84,11 +114,7 @@ def write_ros2_recording(
             encoders[topic] = serialize_dynamic(datatype, ros2_msgdef(datatype))[datatype]
         writer.add_message(channels[topic], time_ns, encoders[topic](message), time_ns)
 
-    def write_json(topic: str, name: str, payload: dict[str, Any], time_ns: int) -> None:
-        if topic not in channels:
-            schema = writer.register_schema(name, "jsonschema", b'{"type": "object"}')
-            channels[topic] = writer.register_channel(topic, "json", schema)
-        writer.add_message(channels[topic], time_ns, json.dumps(payload).encode(), time_ns)
+    json_channels = JsonChannels(writer)
 
     write(
         "/tf_static",
@@ -174,24 +200,8 @@ def write_ros2_recording(
             t + 3_000_000,  # odometry runs on its own clock, 3 ms after the camera
         )
         write("/imu/data", "sensor_msgs/msg/Imu", {"header": _header(t, "imu")}, t)
-        write_json(
-            "/vehicle/status",
-            "aiinfra.VehicleStatus",
-            {
-                "speed_mps": frame.speed_mps,
-                "accel_mps2": frame.accel_mps2,
-                "steering_rad": frame.steering_rad,
-                "brake": frame.brake,
-            },
-            t + 5_000_000,
-        )
-    for event in log.events:
-        write_json(
-            "/events",
-            "aiinfra.TriggerEvent",
-            {"rule": event.rule, "value": event.value, "threshold": event.threshold},
-            START_NS + (event.timestamp_ns - log.frames[0].timestamp_ns),
-        )
+        json_channels.vehicle_status(frame, t + 5_000_000)
+    json_channels.events(log)
     writer.add_metadata("drive_log", metadata if metadata is not None else dict(log.metadata))
     writer.finish()
     return buffer.getvalue()

@@ -10,7 +10,6 @@ per sensor for the inspection report and the scene index.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +20,14 @@ from mcap.records import Message as McapMessage
 from aiinfra_pipelines.logs import errors
 from aiinfra_pipelines.logs.errors import DriveLogError
 from aiinfra_pipelines.logs.model import DriveLog, Frame, TriggerEvent
+from aiinfra_pipelines.logs.reader import align_records, rate_hz
 from aiinfra_pipelines.logs.sources import decode
 from aiinfra_pipelines.logs.sources.profiles import SourceProfile
 
 # Roles whose messages carry the sensor's own time stamp, checked against the log clock.
 STAMPED_ROLES: tuple[str, ...] = ("front_camera", "lidar", "gnss", "pose", "imu", "vehicle_status")
 
-# Roles decoded only to check and summarize them; they do not become frame fields.
+# Roles decoded only to check (LiDAR's layout) and summarize; they do not become frame fields.
 PASS_THROUGH_ROLES: tuple[str, ...] = ("lidar", "imu", "static_transforms")
 
 
@@ -65,28 +65,21 @@ def channels_by_topic(
 
 
 def _rate(records: list[McapMessage]) -> float | None:
-    if len(records) < 2:
-        return None
-    span = (records[-1].log_time - records[0].log_time) / 1e9
-    return None if span <= 0 else round((len(records) - 1) / span, 3)
+    rate = rate_hz([record.log_time for record in records])
+    return None if rate is None else round(rate, 3)
 
 
 def _nearest(
     records: list[McapMessage], frame_times: list[int], max_age_ns: int, role: str
 ) -> list[McapMessage]:
-    ordered = sorted(records, key=lambda record: record.log_time)
-    times = [record.log_time for record in ordered]
-    picked = []
-    for time in frame_times:
-        index = bisect.bisect_left(times, time)
-        candidates = [i for i in (index - 1, index) if 0 <= i < len(times)]
-        best = min(candidates, key=lambda i: abs(times[i] - time), default=None)
-        if best is None or abs(times[best] - time) > max_age_ns:
+    """Each frame's sample of ``role`` (the reader's alignment); refused where one lacks it."""
+    picked = align_records(frame_times, records, max_age_ns)
+    for time, record in zip(frame_times, picked, strict=True):
+        if record is None:
             raise DriveLogError(
                 errors.UNALIGNED_CHANNEL,
                 f"{role} has no sample within {max_age_ns / 1e9:g} s of camera frame {time}",
             )
-        picked.append(ordered[best])
     return picked
 
 
@@ -97,6 +90,9 @@ class ProfileLogBuilder:
         self.scanned = scanned
         self.profile = profile
         self.decoder = decode.MessageDecoder(scanned.schemas)
+        # Decoded messages by record identity: building frames, checking sensors and reading
+        # their clocks visit the same records; each is decoded once.
+        self._decoded_records: dict[int, Any] = {}
         self.sensors: list[SensorSummary] = []
         # What is wrong with the sensors that do not form frames (calibration, LiDAR, IMU,
         # transforms): collected, so a report names every problem, not just the first.
@@ -111,11 +107,17 @@ class ProfileLogBuilder:
         channel = self.scanned.channel(spec.topic)
         return channel, list(self.scanned.messages.get(spec.topic, []))
 
+    def _decode(self, channel: Channel, record: McapMessage) -> Any:
+        key = id(record)  # the scanned log keeps every record alive, so ids are stable
+        if key not in self._decoded_records:
+            self._decoded_records[key] = self.decoder.decode(channel, record)
+        return self._decoded_records[key]
+
     def _decoded(self, role: str) -> list[Any]:
         channel, records = self._records(role)
         if channel is None:
             return []
-        return [self.decoder.decode(channel, record) for record in records]
+        return [self._decode(channel, record) for record in records]
 
     def _summarize(self, role: str, **details: Any) -> None:
         spec = self.profile.role(role)
@@ -151,14 +153,16 @@ class ProfileLogBuilder:
         )
 
     def _check_pass_through(self) -> None:
-        spec = self.profile.role("lidar")
-        lidar = self._decoded("lidar")
-        if spec is not None and lidar:
-            points = [decode.point_count(m, f"{spec.topic} #{i}") for i, m in enumerate(lidar)]
-            self._summarize("lidar", points_mean=float(np.mean(points)))
-        for role in ("imu", "static_transforms"):
-            if self._decoded(role):
-                self._summarize(role)
+        for role in PASS_THROUGH_ROLES:
+            messages = self._decoded(role)
+            if not messages:
+                continue
+            details: dict[str, Any] = {}
+            if role == "lidar":
+                topic = self.profile.roles[role].topic
+                points = [decode.point_count(m, f"{topic} #{i}") for i, m in enumerate(messages)]
+                details["points_mean"] = float(np.mean(points))
+            self._summarize(role, **details)
 
     def clock_offsets(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per stamped role: (log times s, sensor stamp - log time in ms), where stamps exist."""
@@ -169,7 +173,7 @@ class ProfileLogBuilder:
                 continue
             times, deltas = [], []
             for record in records:
-                stamp = decode.header_stamp_ns(self.decoder.decode(channel, record))
+                stamp = decode.header_stamp_ns(self._decode(channel, record))
                 if stamp is not None:
                     times.append(record.log_time / 1e9)
                     deltas.append((stamp - record.log_time) / 1e6)
@@ -183,7 +187,7 @@ class ProfileLogBuilder:
             raise DriveLogError(errors.MISSING_CHANNEL, "the front camera has no messages")
         frame_times = [record.log_time for record in camera_records]
         images = [
-            decode.image_rgb(self.decoder.decode(channel, record), f"frame {record.log_time}")
+            decode.image_rgb(self._decode(channel, record), f"frame {record.log_time}")
             for record in camera_records
         ]
         self._summarize("front_camera", width=images[0].shape[1], height=images[0].shape[0])
@@ -199,7 +203,7 @@ class ProfileLogBuilder:
             if spec is None or role_channel is None or not records:
                 raise DriveLogError(errors.MISSING_CHANNEL, f"{role} has no messages")
             picked = _nearest(records, frame_times, round(spec.max_age_s * 1e9), role)
-            aligned[role] = [self.decoder.decode(role_channel, record) for record in picked]
+            aligned[role] = [self._decode(role_channel, record) for record in picked]
             self._summarize(role)
         frames = [
             self._frame(time, image, aligned, i)
@@ -228,7 +232,7 @@ class ProfileLogBuilder:
             return []
         events = []
         for record in records:
-            message = self.decoder.decode(channel, record)
+            message = self._decode(channel, record)
             try:
                 events.append(
                     TriggerEvent(
@@ -251,12 +255,12 @@ def read_profiled_log(scanned: Any, name: str | None = None) -> DriveLog:
     from aiinfra_pipelines.logs.sources.profiles import match_profile
 
     profile = match_profile(channels_by_topic(scanned.channels, scanned.schemas), name)
-    records = [r.metadata for r in scanned.metadata if r.name == profile.metadata_record]
+    records = profile.metadata_records(scanned.metadata)
     if not records:
         raise DriveLogError(
             errors.MISSING_METADATA, f"no '{profile.metadata_record}' metadata record"
         )
-    return ProfileLogBuilder(scanned, profile).build(profile.metadata_from_record(records[0]))
+    return ProfileLogBuilder(scanned, profile).build(records[0])
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,14 @@ a file no profile fits is refused with what each profile found missing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiinfra_pipelines.config import resources_dir
+from aiinfra_pipelines.config import load_resource_yaml, resources_dir
 from aiinfra_pipelines.logs import errors
 from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.model import SIMULATED_PROFILE
 
 SOURCES_DIR = "sources"
 # Encodings a role may declare: MCAP message encoding on the channel.
@@ -54,6 +55,14 @@ class SourceProfile:
     @property
     def required(self) -> list[RoleSpec]:
         return [spec for spec in self.roles.values() if spec.required]
+
+    def metadata_records(self, records: Sequence[Any]) -> list[dict[str, str]]:
+        """Every MCAP metadata record of this profile's name, keys renamed to the project's."""
+        return [
+            self.metadata_from_record(record.metadata)
+            for record in records
+            if record.name == self.metadata_record
+        ]
 
     def metadata_from_record(self, record: Mapping[str, str]) -> dict[str, str]:
         """The record's keys renamed to the project's (``metadata.keys``: ours -> theirs)."""
@@ -121,13 +130,15 @@ def parse_profile(raw: Mapping[str, Any]) -> SourceProfile:
 
 
 def load_profiles() -> dict[str, SourceProfile]:
-    """Every ``resources/sources/*.yaml`` profile by name (the simulated fleet's first)."""
-    import yaml
+    """Every ``resources/sources/*.yaml`` profile by name (the simulated fleet's first).
 
+    Read on every validated log, so the YAML goes through the config loader's cache.
+    """
     folder = resources_dir() / SOURCES_DIR
     profiles: dict[str, SourceProfile] = {}
-    for path in sorted(folder.glob("*.yaml"), key=lambda p: (p.stem != "simulated", p.stem)):
-        profile = parse_profile(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    paths = sorted(folder.glob("*.yaml"), key=lambda p: (p.stem != SIMULATED_PROFILE, p.stem))
+    for path in paths:
+        profile = parse_profile(load_resource_yaml(f"{SOURCES_DIR}/{path.name}"))
         if profile.name in profiles:
             raise ValueError(f"two source profiles are named {profile.name} ({path})")
         profiles[profile.name] = profile
