@@ -8,6 +8,8 @@ on the car well inside the latency budget.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch import nn
 
@@ -15,13 +17,29 @@ from .contract import LANES, PerceptionSpec
 
 # Row of the ego lane in the occupancy grid (left, ego, right).
 EGO_LANE = 1
-# Stride-2 blocks: the feature map is the image downsampled 2**STAGES times per axis.
+# Stride-2 blocks by default: the feature map is the image downsampled 2**stages times per
+# axis. A sharper camera (more pixels per metre) takes more stages, so that the trunk and the
+# grid head see cells of the same size in metres.
 STAGES = 4
 
 
 def _block(channels_in: int, channels_out: int) -> nn.Sequential:
     return nn.Sequential(
         nn.Conv2d(channels_in, channels_out, kernel_size=3, stride=2, padding=1, bias=False),
+        nn.BatchNorm2d(channels_out),
+        nn.ReLU(inplace=True),
+    )
+
+
+def _patch_stem(channels_out: int) -> nn.Sequential:
+    """Two stages in one: non-overlapping 4 x 4 pixel patches projected to ``channels_out``.
+
+    On a sharp camera the two full-resolution stride-2 blocks cost most of the network's time
+    (their activations are the largest) for features a patch projection learns as well: every
+    pixel of the patch still reaches the first channels, only the first nonlinearity moves.
+    """
+    return nn.Sequential(
+        nn.Conv2d(3, channels_out, kernel_size=4, stride=4, bias=False),
         nn.BatchNorm2d(channels_out),
         nn.ReLU(inplace=True),
     )
@@ -149,18 +167,32 @@ class PerceptionNet(nn.Module):
         pool: tuple[int, int] | None = (2, 5),
         grid_ranges: tuple[tuple[int, int], ...] | None = None,
         grid_ahead: tuple[int, tuple[float, ...]] | None = None,
+        stages: int = STAGES,
+        stem_stride: int = 2,
     ) -> None:
         super().__init__()
+        if stages < 3:
+            raise ValueError(f"the network needs at least 3 stages, got {stages}")
+        if stem_stride not in (2, 4):
+            raise ValueError(f"stem_stride must be 2 or 4, got {stem_stride}")
+        if stem_stride == 4 and (spec.image_height % 4 or spec.image_width % 4):
+            raise ValueError(
+                f"a stride-4 stem needs image sides divisible by 4, got "
+                f"{spec.image_height}x{spec.image_width}"
+            )
         self.spec = spec
-        self.features = nn.Sequential(
-            _block(3, width // 2),
-            _block(width // 2, width),
-            _block(width, width * 2),
-            _block(width * 2, width * 2),
-        )
+        self.stages = int(stages)
+        channels = [width // 2, width] + [width * 2] * (self.stages - 2)
+        if stem_stride == 2:
+            blocks = [_block(3, channels[0])]
+        else:  # the patch stem stands for the first two stages
+            blocks = [_patch_stem(channels[1])]
+            channels = channels[1:]
+        blocks += [_block(c_in, c_out) for c_in, c_out in itertools.pairwise(channels)]
+        self.features = nn.Sequential(*blocks)
         if pool is None:
             self.pool: nn.Module = nn.Identity()
-            rows, columns = feature_map_size(spec)
+            rows, columns = feature_map_size(spec, self.stages)
         else:
             rows, columns = (int(pool[0]), int(pool[1]))
             self.pool = nn.AdaptiveAvgPool2d((rows, columns))
@@ -171,7 +203,7 @@ class PerceptionNet(nn.Module):
         self.lead_gap_head = nn.Linear(hidden, 1)
         self.grid_head: GridHead | None = None
         if grid_ranges is not None:
-            rows, columns = feature_map_size(spec, STAGES - 1)
+            rows, columns = feature_map_size(spec, self.stages - 1)
             if grid_ahead is None:
                 raise ValueError("a grid head needs grid_ahead (ahead_column_distances)")
             self.grid_head = GridHead(width * 2, rows, columns, tuple(grid_ranges), grid_ahead)
@@ -183,8 +215,8 @@ class PerceptionNet(nn.Module):
             hidden = self.trunk(self.pool(self.features(image)))
             grid = None
         else:
-            fine = self.features[: STAGES - 1](image)
-            hidden = self.trunk(self.pool(self.features[STAGES - 1](fine)))
+            fine = self.features[:-1](image)
+            hidden = self.trunk(self.pool(self.features[-1](fine)))
             grid = self.grid_head(fine)
         occupancy = self.occupancy_head(hidden).view(-1, LANES, self.spec.bins)
         lead_gap = torch.sigmoid(self.lead_gap_head(hidden))

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from aiinfra_pipelines.perception.contract import LANES, PerceptionSpec
-from aiinfra_pipelines.perception.network import PerceptionNet
+from aiinfra_pipelines.perception.network import STAGES, PerceptionNet
 
 from . import metrics
 
@@ -150,7 +150,7 @@ def loss_weighting(config: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def _grid_geometry(spec: PerceptionSpec, head: str) -> dict[str, Any]:
+def _grid_geometry(spec: PerceptionSpec, head: str, stages: int) -> dict[str, Any]:
     """``model.head``: ``dense`` (the trunk alone) or ``dense+grid`` (plus shared detectors).
 
     The grid head needs where the camera puts each distance bin and each column ahead of ego
@@ -162,14 +162,10 @@ def _grid_geometry(spec: PerceptionSpec, head: str) -> dict[str, Any]:
         raise ValueError(f"model.head must be dense or dense+grid, got {head!r}")
     from aiinfra_pipelines.fleet.camera import EgoCamera
     from aiinfra_pipelines.fleet.settings import fleet_config
-    from aiinfra_pipelines.perception.network import (
-        STAGES,
-        ahead_column_distances,
-        bin_column_ranges,
-    )
+    from aiinfra_pipelines.perception.network import ahead_column_distances, bin_column_ranges
 
     camera = EgoCamera.from_config(fleet_config()["camera"])
-    stride = 2 ** (STAGES - 1)
+    stride = 2 ** (stages - 1)
     ranges = bin_column_ranges(spec, camera.ego_u_px, camera.scaling_px_per_m, stride)
     first, distances = ahead_column_distances(
         spec, camera.ego_u_px, camera.scaling_px_per_m, stride
@@ -212,6 +208,8 @@ class PerceptionModule(L.LightningModule):
         pool: Sequence[int] | None = (2, 5),
         grid_ranges: Sequence[Sequence[int]] | None = None,
         grid_ahead: Sequence[Any] | None = None,
+        stages: int = STAGES,
+        stem_stride: int = 2,
     ) -> None:
         super().__init__()
         if scheduler not in SCHEDULERS:
@@ -236,6 +234,8 @@ class PerceptionModule(L.LightningModule):
             grid_ahead=None
             if grid_ahead is None
             else (int(grid_ahead[0]), tuple(float(d) for d in grid_ahead[1])),
+            stages=int(stages),
+            stem_stride=int(stem_stride),
         )
         # Not persistent: derived from the hyperparameters, so a checkpoint rebuilds it.
         self.register_buffer(
@@ -278,7 +278,13 @@ class PerceptionModule(L.LightningModule):
             channels_last=bool(config["model"].get("channels_last", False)),
             **loss_weighting(config),
             pool=config["model"].get("pool", (2, 5)),
-            **_grid_geometry(spec, config["model"].get("head", "dense")),
+            stages=int(config["model"].get("stages", STAGES)),
+            stem_stride=int(config["model"].get("stem_stride", 2)),
+            **_grid_geometry(
+                spec,
+                config["model"].get("head", "dense"),
+                int(config["model"].get("stages", STAGES)),
+            ),
         )
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,6 +15,7 @@ from aiinfra_pipelines.perception.network import (
     ahead_column_distances,
     bin_column_ranges,
     expected_first_gap,
+    feature_map_size,
 )
 from aiinfra_pipelines.training.module import PerceptionModule, _grid_geometry
 from aiinfra_pipelines.training.train import load_training_config
@@ -34,12 +35,17 @@ def test_each_distance_bin_maps_to_the_feature_columns_under_it() -> None:
 
 def test_the_shipped_camera_gives_the_same_geometry_the_head_is_built_with() -> None:
     camera = EgoCamera.from_config(fleet_config()["camera"])
-    geometry = _grid_geometry(perception_spec(), "dense+grid")
-    expected = bin_column_ranges(perception_spec(), camera.ego_u_px, camera.scaling_px_per_m, 8)
+    stages = int(load_training_config()["model"]["stages"])
+    geometry = _grid_geometry(perception_spec(), "dense+grid", stages)
+    # The grid head reads the map one stage before the last: 2 ** (stages - 1) px per column.
+    stride = 2 ** (stages - 1)
+    expected = bin_column_ranges(
+        perception_spec(), camera.ego_u_px, camera.scaling_px_per_m, stride
+    )
     assert [tuple(r) for r in geometry["grid_ranges"]] == list(expected)
-    assert _grid_geometry(perception_spec(), "dense") == {}
+    assert _grid_geometry(perception_spec(), "dense", stages) == {}
     with pytest.raises(ValueError, match="dense or dense\\+grid"):
-        _grid_geometry(perception_spec(), "sparse")
+        _grid_geometry(perception_spec(), "sparse", stages)
 
 
 def test_the_lead_gap_is_the_nearest_column_with_a_car_or_the_full_range() -> None:
@@ -71,9 +77,50 @@ def test_a_grid_network_trains_a_step_and_exports_to_onnx_with_parity() -> None:
     network.eval()
     exported = export_checked_onnx(
         network,
-        np.random.default_rng(0).random((4, 3, 64, 160), np.float32),
+        np.random.default_rng(0).random((4, 3, spec.image_height, spec.image_width), np.float32),
         tolerance=1e-4,
         opset=17,
     )
     assert exported.max_abs_error["lead_gap"] <= 1e-4
     assert isinstance(PerceptionNet(spec).grid_head, type(None))
+
+
+def test_a_sharper_camera_with_a_patch_stem_keeps_the_cells_the_same_size_in_metres() -> None:
+    """320x128 at twice the pixels per metre, five stages, the first two a 4 x 4 patch stem:
+    the trunk and the grid head see the 64x160 camera's 4 x 10 and 8 x 20 maps, so one
+    recipe serves both cameras; the network trains a step and exports with parity."""
+    sharp = PerceptionSpec(128, 320, SPEC.bin_edges_m, SPEC.max_range_m)
+    assert feature_map_size(sharp, 5) == feature_map_size(SPEC, 4) == (4, 10)
+    ranges = bin_column_ranges(sharp, ego_u_px=80.0, scaling_px_per_m=3.2, stride_px=16)
+    assert ranges == bin_column_ranges(SPEC, ego_u_px=40.0, scaling_px_per_m=1.6, stride_px=8)
+    ahead = ahead_column_distances(sharp, 80.0, 3.2, 16)
+    network = PerceptionNet(
+        sharp,
+        width=16,
+        hidden=64,
+        pool=None,
+        grid_ranges=ranges,
+        grid_ahead=ahead,
+        stages=5,
+        stem_stride=4,
+    )
+    stem = network.features[0][0]
+    assert (stem.kernel_size, stem.stride) == ((4, 4), (4, 4))
+    assert len(network.features) == 4  # the stem stands for two of the five stages
+    images = torch.rand(2, 3, 128, 320)
+    occupancy, gap = network(images)
+    assert occupancy.shape == (2, 3, sharp.bins) and gap.shape == (2, 1)
+    (occupancy.mean() + gap.mean()).backward()
+    assert stem.weight.grad is not None and float(stem.weight.grad.abs().sum()) > 0
+    network.eval()
+    exported = export_checked_onnx(
+        network,
+        np.random.default_rng(1).random((2, 3, 128, 320), np.float32),
+        tolerance=1e-4,
+        opset=17,
+    )
+    assert exported.max_abs_error["occupancy_logits"] <= 1e-4
+    with pytest.raises(ValueError, match="divisible by 4"):
+        PerceptionNet(PerceptionSpec(66, 160, SPEC.bin_edges_m, 75.0), stem_stride=4)
+    with pytest.raises(ValueError, match="stem_stride"):
+        PerceptionNet(SPEC, stem_stride=3)
