@@ -260,7 +260,7 @@ def run_episode(
     with isolated_behaviour_class(cfg):
         env = make_env(setup.road_type, setup.env_seed, cfg)
         lidar = (
-            Lidar(env, recording.lidar.beams, recording.lidar.range_m)
+            Lidar(recording.lidar.beams, recording.lidar.range_m)
             if recording is not None and recording.lidar is not None
             else None
         )
