@@ -11,6 +11,12 @@
      the batch is published on ``main``.
    ``run_startup_s`` is the time from launching that run's process to its first step starting.
 2. ``lakefs_ingest_sensor`` tick time with 10 vs 1,000 prior commits on one ingest branch.
+3. Decode cost of the recording rig: the same simulated-fleet drive (``--rig-vehicles`` x
+   ``--rig-episodes``) encoded twice — fleet-6's layout (raw front camera only) and fleet.yaml's
+   rig (JPEG front + rear cameras, LiDAR point clouds, calibration) — through the per-log
+   ingest logic in one process (validate, anonymize, frames + index tables), in frames/s:
+   ``per_log_fps_front_raw`` vs ``per_log_fps_rig_jpeg_lidar`` (and on the worker pool,
+   ``logic_fps_front_raw`` vs ``logic_fps_rig_jpeg_lidar``).
 
     .venv/bin/python benchmarks/ingest.py [--logs 200] [--frames 50] [--json]
 """
@@ -18,6 +24,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -34,12 +41,18 @@ import dagster as dg
 from mcap.reader import make_reader
 
 from aiinfra_pipelines.fleet.landing import land_batch
+from aiinfra_pipelines.fleet.settings import with_overrides
+from aiinfra_pipelines.fleet.simulator import drive_fleet
 from aiinfra_pipelines.ingest.batch import ingest_batch
 from aiinfra_pipelines.ingest.discovery import dump_cursor
 from aiinfra_pipelines.ingest.partitions import BatchRef
+from aiinfra_pipelines.ingest.tables import frames_table, scene_index_table
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.logs.anonymize import anonymize_log
+from aiinfra_pipelines.logs.model import DriveLog
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
+from aiinfra_pipelines.logs.validation import validate_drive_log
 from aiinfra_pipelines.logs.writer import encode_drive_log
 from aiinfra_pipelines.parallel import PoolSettings
 from aiinfra_pipelines.sensors.ingest_sensor import lakefs_ingest_sensor
@@ -163,11 +176,60 @@ def sensor_tick_seconds(prior_commits: int, workdir: Path, repeats: int = 5) -> 
     return statistics.median(timings)
 
 
+def front_only(log: DriveLog) -> DriveLog:
+    """The same drive as fleet-6 recorded it: raw front camera, no rear camera, no LiDAR."""
+    frames = [dataclasses.replace(f, rear_image=None, lidar_points=None) for f in log.frames]
+    metadata = {**log.metadata, "sensor_config_version": "cam-front-160x64-v2"}
+    return dataclasses.replace(log, metadata=metadata, frames=frames, recording=None)
+
+
+def per_log_fps(files: list[bytes]) -> float:
+    """Frames/s of one process running the per-log ingest logic (no lake, no pool)."""
+    frames = 0
+    started = time.perf_counter()
+    for data in files:
+        report = validate_drive_log(data)
+        if not report.accepted or report.log is None:
+            raise RuntimeError(f"benchmark log refused: {report.codes}")
+        table = frames_table(anonymize_log(report.log, b"k" * 32))
+        scene_index_table(
+            table,
+            tags=dict(report.metadata),
+            events=[],
+            rule_names=[],
+            source_branch="b",
+            source_commit="c",
+            log_key="k",
+            frames_object="o",
+        )
+        frames += len(table)
+    return frames / (time.perf_counter() - started)
+
+
+def rig_decode_cost(vehicles: int, episodes: int, workdir: Path, pool: PoolSettings) -> dict:
+    """Frames/s of the ingest logic on one drive, fleet-6 layout vs the JPEG + LiDAR rig."""
+    config = with_overrides(None, {"drive_workers": {"count": 1}})
+    logs = drive_fleet(vehicles, episodes, seed=0, config=config)
+    rig = [encode_drive_log(log) for log in logs]
+    front = [encode_drive_log(front_only(log)) for log in logs]
+    frames = sum(len(log.frames) for log in logs)
+    figures: dict[str, float] = {"rig_frames": frames}
+    for name, files in (("front_raw", front), ("rig_jpeg_lidar", rig)):
+        per_log_fps(files[:1])  # warm the decoders and the config cache
+        figures[f"per_log_fps_{name}"] = round(per_log_fps(files), 1)
+        accepted, seconds = logic_path(files, workdir / name, pool)
+        figures[f"logic_fps_{name}"] = round(accepted / seconds, 1)
+        figures[f"mcap_bytes_per_frame_{name}"] = round(sum(map(len, files)) / frames)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--logs", type=int, default=200)
     parser.add_argument("--frames", type=int, default=50)
     parser.add_argument("--skip-dagster", action="store_true")
+    parser.add_argument("--rig-vehicles", type=int, default=4)
+    parser.add_argument("--rig-episodes", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     say = (lambda *_: None) if args.json else print
@@ -220,6 +282,14 @@ def main() -> None:
                 f"{dagster['tick_s']:.2f} s, run {dagster['run_s']:.2f} s of which start-up "
                 f"{dagster['run_startup_s']:.2f} s)"
             )
+        rig = rig_decode_cost(args.rig_vehicles, args.rig_episodes, Path(tmp), pool)
+        figures |= rig
+        say(
+            f"per-log ingest logic, {rig['rig_frames']:.0f} fleet frames, one process: "
+            f"{rig['per_log_fps_front_raw']:.0f} frames/s fleet-6 layout (raw front camera) vs "
+            f"{rig['per_log_fps_rig_jpeg_lidar']:.0f} frames/s JPEG front + rear + LiDAR; "
+            f"on the pool {rig['logic_fps_front_raw']:.0f} vs {rig['logic_fps_rig_jpeg_lidar']:.0f}"
+        )
         for prior in (10, 1000):
             tick = sensor_tick_seconds(prior, Path(tmp))
             figures[f"sensor_tick_ms_{prior}_commits"] = round(tick * 1e3, 1)

@@ -38,19 +38,55 @@ class EgoCamera:
     scaling_px_per_m: float
     ego_u_px: float
     ego_v_px: float
+    # Where the camera looks relative to ego's heading (pi: a rear camera looking back).
+    yaw_offset_rad: float = 0.0
 
     @classmethod
-    def from_config(cls, camera: Mapping[str, Any]) -> EgoCamera:
-        """From fleet.yaml's ``camera`` block (``centering_position``: ego's place in the image)."""
+    def from_config(
+        cls, camera: Mapping[str, Any], scaling_px_per_m: float | None = None, yaw_deg: float = 0.0
+    ) -> EgoCamera:
+        """From fleet.yaml's ``camera`` block (``centering_position``: ego's place in the image).
+
+        A derived camera (the rear one) has no scale of its own: it is resampled from the front
+        camera's canvas, so it takes that ``scaling_px_per_m``.
+        """
         width, height = int(camera["width_px"]), int(camera["height_px"])
         centre_u, centre_v = (float(c) for c in camera["centering_position"])
+        scale = float(camera["scaling_px_per_m"] if scaling_px_per_m is None else scaling_px_per_m)
         return cls(
             width_px=width,
             height_px=height,
-            scaling_px_per_m=float(camera["scaling_px_per_m"]),
+            scaling_px_per_m=scale,
             ego_u_px=centre_u * width,
             ego_v_px=centre_v * height,
+            yaw_offset_rad=math.radians(yaw_deg),
         )
+
+    @property
+    def footprint_centre_m(self) -> tuple[float, float]:
+        """The image centre's ground point in ego's frame (metres ahead, metres left)."""
+        ahead = (self.width_px / 2.0 - self.ego_u_px) / self.scaling_px_per_m
+        left = (self.ego_v_px - self.height_px / 2.0) / self.scaling_px_per_m
+        cos_y, sin_y = math.cos(self.yaw_offset_rad), math.sin(self.yaw_offset_rad)
+        return ahead * cos_y - left * sin_y, ahead * sin_y + left * cos_y
+
+    def fits_canvas_of(self, primary: EgoCamera) -> bool:
+        """Whether this camera's image lies inside ``primary``'s canvas at every heading.
+
+        Both footprints turn with ego, so the distance from the primary footprint's centre (the
+        canvas centre) to each corner of this image does not depend on the heading.
+        """
+        centre = np.array(primary.footprint_centre_m)
+        reach_m = (primary.canvas_px / 2.0 - 2.0) / primary.scaling_px_per_m
+        cos_y, sin_y = math.cos(self.yaw_offset_rad), math.sin(self.yaw_offset_rad)
+        for u in (0.0, float(self.width_px)):
+            for v in (0.0, float(self.height_px)):
+                ahead = (u - self.ego_u_px) / self.scaling_px_per_m
+                left = (self.ego_v_px - v) / self.scaling_px_per_m
+                corner = np.array([ahead * cos_y - left * sin_y, ahead * sin_y + left * cos_y])
+                if float(np.hypot(*(corner - centre))) > reach_m:
+                    return False
+        return True
 
     @property
     def canvas_px(self) -> int:
@@ -99,26 +135,32 @@ class EgoCamera:
         cos_h, sin_h = math.cos(heading), math.sin(heading)
         return np.array([cos_h, sin_h]), np.array([sin_h, -cos_h])
 
-    def image_from_canvas(self, canvas: np.ndarray, heading: float) -> np.ndarray:
+    def image_from_canvas(
+        self, canvas: np.ndarray, heading: float, ego_on_canvas: np.ndarray | None = None
+    ) -> np.ndarray:
         """The camera image (H x W x 3 uint8) resampled from a canvas with ego drawn at
-        :meth:`ego_on_canvas` (rendered with :meth:`centering`)."""
+        :meth:`ego_on_canvas` (rendered with :meth:`centering`).
+
+        A derived camera (the rear one) passes the rendering camera's ``ego_on_canvas``: it
+        reuses that canvas, so a second view costs one gather, not a second render.
+        """
         side = canvas.shape[0]
         if canvas.shape[1] != side:
             raise ValueError(f"canvas must be square, got {canvas.shape[:2]}")
-        if side != self.canvas_px:
+        if ego_on_canvas is None and side != self.canvas_px:
             raise ValueError(f"canvas must be {self.canvas_px} px square, got {side}")
-        forward, left = self._axes(heading)
+        forward, left = self._axes(heading + self.yaw_offset_rad)
         scale = self.scaling_px_per_m
         ahead, leftward = self._pixel_centres_m
         world_x = ahead[None, :] * forward[0] + leftward[:, None] * left[0]
         world_y = ahead[None, :] * forward[1] + leftward[:, None] * left[1]
-        ego_x, ego_y = self.ego_on_canvas(heading)
+        ego_x, ego_y = self.ego_on_canvas(heading) if ego_on_canvas is None else ego_on_canvas
         cols = np.clip(np.floor(ego_x + world_x * scale).astype(np.intp), 0, side - 1)
         rows = np.clip(np.floor(ego_y + world_y * scale).astype(np.intp), 0, side - 1)
         return np.ascontiguousarray(canvas[rows, cols])
 
     def to_pixels(self, points: np.ndarray, ego_position: np.ndarray, heading: float) -> np.ndarray:
         """Image pixel coordinates (u, v) of world points (N x 2, highway-env coordinates)."""
-        forward, left = self._axes(heading)
+        forward, left = self._axes(heading + self.yaw_offset_rad)
         delta = np.asarray(points, dtype=float) - np.asarray(ego_position, dtype=float)
         return np.stack(self._image_point(delta @ forward, delta @ left), axis=-1)

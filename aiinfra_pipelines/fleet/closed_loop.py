@@ -39,6 +39,7 @@ from aiinfra_pipelines.fleet.triggers import TriggerConfig, load_trigger_config
 from aiinfra_pipelines.logs.model import OtherVehicle
 
 if TYPE_CHECKING:
+    from aiinfra_pipelines.fleet.sensors import SensorRig
     from aiinfra_pipelines.fleet.sim_env import EgoFootprint, EgoState
 
 PERCEPTION_GROUND_TRUTH = "ground_truth"
@@ -80,6 +81,10 @@ class StepObservation:
     ego: EgoState
     speed_mps: float  # ego speed clipped to the CAN sensor range (what the planner is given)
     others: list[OtherVehicle]
+    # The recording rig's other sensors (only when run_episode is given a rig): the degraded
+    # rear camera frame and the LiDAR returns (N x 3, ego frame).
+    rear_image: np.ndarray | None = None
+    lidar_points: np.ndarray | None = None
 
 
 StepObserver = Callable[[StepObservation], None]
@@ -205,6 +210,8 @@ def run_episode(
     observer: StepObserver | None = None,
     metrics_config: MetricsConfig | None = None,
     shadow_engine: Engine | None = None,
+    rig: SensorRig | None = None,
+    sensor_rng: np.random.Generator | None = None,
 ) -> EpisodeMetrics:
     """Drive one episode closed-loop and return its metrics.
 
@@ -213,7 +220,10 @@ def run_episode(
     drives on ground-truth perception. ``observer`` sees every step before the action is
     chosen (the fleet builds its log frames there). ``shadow_engine`` runs in shadow mode, as on
     a car: it perceives the same degraded frame and its own planner decides, but never acts;
-    the metrics count how often its decision matched the driven one.
+    the metrics count how often its decision matched the driven one. ``rig`` (with an
+    ``observer``) also captures the rear camera, from the front camera's canvas, and the LiDAR;
+    the rear frame is degraded with ``sensor_rng`` so the front camera's noise stream, and
+    with it every front frame, is the same with or without the rig.
     """
     cfg = fleet_config(config)
     metric_cfg = metrics_config or MetricsConfig.from_triggers()
@@ -230,11 +240,12 @@ def run_episode(
     # every Dagster run process imports this module, few of them simulate.
     from aiinfra_pipelines.fleet.sim_env import (
         GroundTruthReader,
+        Lidar,
         ego_footprint,
         ego_state,
         isolated_behaviour_class,
         make_env,
-        render_frame,
+        render_canvas,
     )
 
     camera = EgoCamera.from_config(cfg["camera"])
@@ -244,8 +255,15 @@ def run_episode(
     # Ground-truth perception with nobody watching needs no camera frame: skipping render and
     # degradation changes no outcome (neither feeds the simulation) and halves the step cost.
     needs_frame = engine is not None or shadow_engine is not None or observer is not None
+    recording = rig if observer is not None else None
+    rear_rng = sensor_rng if sensor_rng is not None else np.random.default_rng(setup.env_seed)
     with isolated_behaviour_class(cfg):
         env = make_env(setup.road_type, setup.env_seed, cfg)
+        lidar = (
+            Lidar(recording.lidar.beams, recording.lidar.range_m)
+            if recording is not None and recording.lidar is not None
+            else None
+        )
         try:
             scripted = (
                 ScriptedTraffic(env, setup.events, rate_hz, str(sim["other_vehicles_type"]))
@@ -254,18 +272,32 @@ def run_episode(
             )
             for step in range(setup.max_steps + 1):
                 started = time.perf_counter()
-                image = render_frame(env, camera) if needs_frame else None
+                image = rear = None
+                if needs_frame:
+                    canvas, heading = render_canvas(env, camera)
+                    image = camera.image_from_canvas(canvas, heading)
+                    if recording is not None and recording.rear is not None:
+                        rear = recording.rear.image_from_canvas(
+                            canvas, heading, camera.ego_on_canvas(heading)
+                        )
                 ego = ego_state(env)
-                others = reader.read(env, image)  # paints plates into image
+                rear_camera = recording.rear if recording is not None else None
+                others = reader.read(env, image, rear, rear_camera)  # paints plates into both
                 speed = float(np.clip(ego.speed_mps, 0.0, max_speed))
                 seen = (
                     degrade(image, setup.weather, setup.lighting, rng, cfg)
                     if image is not None
                     else None
                 )
+                seen_rear = (
+                    degrade(rear, setup.weather, setup.lighting, rear_rng, cfg)
+                    if rear is not None
+                    else None
+                )
+                points = lidar.scan(env) if lidar is not None else None
                 sensed_s = time.perf_counter() - started
                 if observer is not None:
-                    observer(StepObservation(step, seen, ego, speed, others))
+                    observer(StepObservation(step, seen, ego, speed, others, seen_rear, points))
                 trace.observe(
                     ego,
                     others,

@@ -147,8 +147,8 @@ def make_env(road_type: str, seed: int, config: FleetConfig | None = None) -> gy
     return env
 
 
-def render_frame(env: gym.Env, camera: EgoCamera) -> np.ndarray:
-    """The front camera image of the current state (a fresh, writable H x W x 3 uint8 array).
+def render_canvas(env: gym.Env, camera: EgoCamera) -> tuple[np.ndarray, float]:
+    """The world-aligned canvas around the camera's footprint, and ego's heading.
 
     ``env.render()`` also arms highway-env's "automatic rendering" of every intermediate
     physics step during the next ``env.step``; those frames are never recorded, so disarm it
@@ -158,7 +158,71 @@ def render_frame(env: gym.Env, camera: EgoCamera) -> np.ndarray:
     env.unwrapped.viewer.sim_surface.centering_position = camera.centering(heading)
     canvas = env.render()
     env.unwrapped.enable_auto_render = False
+    return canvas, heading
+
+
+def render_frame(env: gym.Env, camera: EgoCamera) -> np.ndarray:
+    """The front camera image of the current state (a fresh, writable H x W x 3 uint8 array)."""
+    canvas, heading = render_canvas(env, camera)
     return camera.image_from_canvas(canvas, heading)
+
+
+class Lidar:
+    """A ring of beams against highway-env's vehicle and obstacle bodies: LiDAR returns.
+
+    The same model as highway-env's ``LidarObservation`` (each beam's range to the nearest
+    solid body's rectangle, nothing beyond ``range_m``), computed for all beams and body edges
+    at once in numpy: ``LidarObservation.trace`` loops over beams in Python and cost ~2 ms a
+    step, a sixth of the whole drive step. A beam that hits nothing returns no point, as a real
+    LiDAR's would. Points are (x ahead, y left, z up) metres in the lidar's frame at ego's
+    centre (its mounting height is the static transform's).
+    """
+
+    def __init__(self, beams: int, range_m: float) -> None:
+        self._range_m = float(range_m)
+        angles = np.arange(int(beams)) * (2.0 * math.pi / int(beams))
+        self._directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)  # world, y down
+
+    def _edges(self, env: gym.Env, origin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, direction) of every edge of every solid body that can be in range."""
+        base = env.unwrapped
+        starts, vectors = [], []
+        for body in [*base.road.vehicles, *base.road.objects]:
+            if body is base.vehicle or not getattr(body, "solid", True):
+                continue
+            if float(np.hypot(*(body.position - origin))) > self._range_m + float(body.LENGTH):
+                continue
+            corners = np.asarray(body.polygon()[:4], dtype=float)
+            starts.append(corners)
+            vectors.append(np.roll(corners, -1, axis=0) - corners)
+        if not starts:
+            return np.zeros((0, 2)), np.zeros((0, 2))
+        return np.concatenate(starts), np.concatenate(vectors)
+
+    def scan(self, env: gym.Env) -> np.ndarray:
+        """N x 3 float32 returns of the current state."""
+        ego = env.unwrapped.vehicle
+        origin = np.asarray(ego.position, dtype=float)
+        starts, edges = self._edges(env, origin)
+        d = self._directions
+        distances = np.full(len(d), self._range_m)
+        if len(starts):
+            w = starts - origin  # (M, 2)
+            den = d[:, None, 0] * edges[None, :, 1] - d[:, None, 1] * edges[None, :, 0]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = (w[:, 0] * edges[:, 1] - w[:, 1] * edges[:, 0])[None, :] / den
+                u = (w[None, :, 0] * d[:, None, 1] - w[None, :, 1] * d[:, None, 0]) / den
+            valid = (den != 0) & (t >= 0) & (u >= 0) & (u <= 1)
+            distances = np.minimum(distances, np.where(valid, t, np.inf).min(axis=1))
+        hit = distances < self._range_m
+        world = d[hit] * distances[hit, None]
+        heading = float(ego.heading)
+        forward = np.array([math.cos(heading), math.sin(heading)])
+        left = np.array([math.sin(heading), -math.cos(heading)])  # y is down in highway-env
+        points = np.zeros((int(hit.sum()), 3), dtype=np.float32)
+        points[:, 0] = world @ forward
+        points[:, 1] = world @ left
+        return points
 
 
 @dataclass(frozen=True)
@@ -321,11 +385,18 @@ class GroundTruthReader:
         self._ids: dict[int, int] = {}
         self._alive: list[object] = []  # keep objects referenced so id() is never reused
 
-    def read(self, env: gym.Env, image: np.ndarray | None = None) -> list[OtherVehicle]:
+    def read(
+        self,
+        env: gym.Env,
+        image: np.ndarray | None = None,
+        rear_image: np.ndarray | None = None,
+        rear_camera: EgoCamera | None = None,
+    ) -> list[OtherVehicle]:
         """Vehicles within range; paints their plates into ``image`` (from ``render_frame``).
 
         Plate boxes go through the camera's world-to-pixel mapping at ego's current pose, so
-        they line up with the rendered frame.
+        they line up with the rendered frame. With a ``rear_image`` (of ``rear_camera``) the
+        front plates of the cars it sees are painted there too, and boxed for anonymization.
         """
         base = env.unwrapped
         ego = base.vehicle
@@ -360,10 +431,10 @@ class GroundTruthReader:
                 lane_offset = math.floor(y / float(lanes[0].width_at(0.0)) + 0.5)
             box = None
             if image is not None:
-                box = self._plate_box(vehicle, ego, image.shape[1], image.shape[0])
-                if box is not None:
-                    x0, y0, x1, y1 = box
-                    image[y0:y1, x0:x1] = np.asarray(self._plate["color_rgb"], dtype=np.uint8)
+                box = self._paint_plate(image, self._camera, vehicle, ego, at_front=False)
+            rear_box = None
+            if rear_image is not None and rear_camera is not None:
+                rear_box = self._paint_plate(rear_image, rear_camera, vehicle, ego, at_front=True)
             others.append(
                 OtherVehicle(
                     vehicle_id=self._id_of(vehicle),
@@ -373,6 +444,7 @@ class GroundTruthReader:
                     vy=float(-sin_h * rel_vel[0] + cos_h * rel_vel[1]),
                     lane_offset=int(lane_offset),
                     plate_box=box,
+                    rear_plate_box=rear_box,
                 )
             )
         return others
@@ -396,20 +468,38 @@ class GroundTruthReader:
             self._alive.append(vehicle)
         return self._ids[key]
 
-    def _plate_box(
-        self, vehicle: Any, ego: Any, width_px: int, height_px: int
+    def _paint_plate(
+        self, image: np.ndarray, camera: EgoCamera, vehicle: Any, ego: Any, at_front: bool
     ) -> tuple[int, int, int, int] | None:
-        """Pixel box ``(x0, y0, x1, y1)``, end-exclusive, of the plate at the vehicle's rear."""
+        box = self._plate_box(vehicle, ego, image.shape[1], image.shape[0], camera, at_front)
+        if box is not None:
+            x0, y0, x1, y1 = box
+            image[y0:y1, x0:x1] = np.asarray(self._plate["color_rgb"], dtype=np.uint8)
+        return box
+
+    def _plate_box(
+        self,
+        vehicle: Any,
+        ego: Any,
+        width_px: int,
+        height_px: int,
+        camera: EgoCamera | None = None,
+        at_front: bool = False,
+    ) -> tuple[int, int, int, int] | None:
+        """Pixel box ``(x0, y0, x1, y1)``, end-exclusive, of the plate at the vehicle's rear
+        (``at_front``: its front plate, what a rear camera sees of the cars behind)."""
         h = float(vehicle.heading)
         forward = np.array([math.cos(h), math.sin(h)])
         side = np.array([-math.sin(h), math.cos(h)])
-        rear = np.asarray(vehicle.position, dtype=float) - forward * vehicle.LENGTH / 2.0
+        end = 1.0 if at_front else -1.0
+        rear = np.asarray(vehicle.position, dtype=float) + end * forward * vehicle.LENGTH / 2.0
         half_w = float(self._plate["width_m"]) / 2.0
         depth = float(self._plate["depth_m"])
         corners = np.array(
-            [rear + s * half_w * side + d * forward for s in (-1, 1) for d in (0.0, depth)]
+            [rear + s * half_w * side - end * d * forward for s in (-1, 1) for d in (0.0, depth)]
         )
-        pixels = self._camera.to_pixels(corners, np.asarray(ego.position), float(ego.heading))
+        camera = camera or self._camera
+        pixels = camera.to_pixels(corners, np.asarray(ego.position), float(ego.heading))
         x0, y0 = np.floor(pixels.min(axis=0)).astype(int)
         x1, y1 = np.ceil(pixels.max(axis=0)).astype(int)
         min_size = int(self._plate["min_size_px"])

@@ -28,6 +28,7 @@ from aiinfra_pipelines.fleet.closed_loop import (
     run_episode,
 )
 from aiinfra_pipelines.fleet.conditions import Conditions, plan_conditions
+from aiinfra_pipelines.fleet.sensors import SensorRig
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
 from aiinfra_pipelines.fleet.sim_env import road_type_settings
 from aiinfra_pipelines.fleet.triggers import (
@@ -110,8 +111,9 @@ def drive_episode_with_metrics(
     ``shadow_engine``'s agreement with the driven decisions when one runs in shadow)."""
     cfg = fleet_config(config)
     trig = triggers or load_trigger_config()
+    rig = SensorRig.from_config(cfg)
     recording = _record_episode(
-        vehicle, episode_index, seed, conditions, cfg, engine, shadow_engine
+        vehicle, episode_index, seed, conditions, cfg, engine, shadow_engine, rig
     )
     context = FrameContext(
         weather=conditions.weather,
@@ -139,7 +141,12 @@ def drive_episode_with_metrics(
             "recorded_at": recorded_at.isoformat(timespec="milliseconds"),
         }
         segment_events = events_in(events, frames[0].timestamp_ns, frames[-1].timestamp_ns)
-        logs.append(DriveLog(metadata=metadata, frames=frames, events=segment_events))
+        recording_spec = rig.recording_for(vehicle.index, vehicle.sensor_config_version)
+        logs.append(
+            DriveLog(
+                metadata=metadata, frames=frames, events=segment_events, recording=recording_spec
+            )
+        )
     return EpisodeDrive(vehicle, episode_index, conditions, logs, recording.metrics)
 
 
@@ -230,6 +237,7 @@ def _record_episode(
     cfg: FleetConfig,
     engine: Engine | None = None,
     shadow_engine: Engine | None = None,
+    rig: SensorRig | None = None,
 ) -> _Recording:
     """Run the closed loop and record every policy step (before the upload filter)."""
     rate_hz = float(cfg["simulation"]["policy_frequency_hz"])
@@ -242,6 +250,9 @@ def _record_episode(
     sequence = np.random.SeedSequence([seed, vehicle.index, episode_index])
     env_seed = int(sequence.generate_state(1)[0])
     rng = np.random.default_rng(sequence.spawn(1)[0])
+    # The rig's own noise stream (spawned second): the front camera's frames do not depend on
+    # which other sensors the car carries.
+    sensor_rng = np.random.default_rng(sequence.spawn(1)[0])
     spread = float(cfg["fleet"]["episode_spread_m"])
     offset_east, offset_north = rng.uniform(-spread, spread, size=2)
     origin = city_by_name(conditions.city, cfg)
@@ -272,6 +283,8 @@ def _record_episode(
                 lane_index=ego.lane_index,
                 lane_count=ego.lane_count,
                 others=observation.others,
+                rear_image=observation.rear_image,
+                lidar_points=observation.lidar_points,
             )
         )
         crashed.append(ego.crashed)
@@ -285,7 +298,14 @@ def _record_episode(
         max_steps=max_steps,
     )
     metrics = run_episode(
-        setup, rng, config=cfg, engine=engine, observer=record, shadow_engine=shadow_engine
+        setup,
+        rng,
+        config=cfg,
+        engine=engine,
+        observer=record,
+        shadow_engine=shadow_engine,
+        rig=rig,
+        sensor_rng=sensor_rng,
     )
     return _Recording(frames=frames, crashed=crashed, road_edges=edges, metrics=metrics)
 

@@ -156,6 +156,7 @@ def ingest_log(job: LogJob) -> LogOutcome:
     ).checksum
     tags = {k: v for k, v in report.metadata.items() if k != "vin"}
     tags["vehicle_pseudonym"] = anonymous.metadata["vehicle_pseudonym"]
+    tags["calibration_sha256"] = report.calibration_sha256
     outcome.index = scene_index_table(
         table,
         tags=tags,

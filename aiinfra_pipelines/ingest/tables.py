@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from aiinfra_pipelines.config import load_resource_yaml
-from aiinfra_pipelines.logs.model import DriveLog
+from aiinfra_pipelines.logs.model import DriveLog, Frame
 
 # Log tags copied onto every scene-index row (the anonymized metadata, VIN already replaced).
 INDEX_TAGS: tuple[str, ...] = (
@@ -31,6 +31,9 @@ INDEX_TAGS: tuple[str, ...] = (
     "lighting",
     "road_type",
     "recorded_at",
+    # SHA-256 of the log's camera calibrations and static transforms (logs.rig): logs with
+    # one hash were calibrated alike; "" for a log that recorded no calibration.
+    "calibration_sha256",
 )
 SIGNAL_COLUMNS: tuple[str, ...] = (
     "speed_mps",
@@ -60,6 +63,26 @@ def _events_per_frame(timestamps: np.ndarray, events: Iterable[tuple[int, str]])
     for timestamp_ns, rule in events:
         per_frame[int(np.abs(timestamps - timestamp_ns).argmin())].add(rule)
     return per_frame
+
+
+def _rear_columns(frame: Frame) -> dict[str, object]:
+    """The rear camera (anonymized rgb8, empty when the log has none) and LiDAR returns.
+
+    The front camera keeps the ``image`` column every consumer reads; the other sensors sit
+    beside it so training, mining and evaluation read exactly what they read before.
+    """
+    rear = frame.rear_image
+    points = frame.lidar_points
+    rear_bytes = b"" if rear is None else np.ascontiguousarray(rear, dtype=np.uint8).tobytes()
+    return {
+        "rear_image_height": 0 if rear is None else int(rear.shape[0]),
+        "rear_image_width": 0 if rear is None else int(rear.shape[1]),
+        "rear_image": rear_bytes,
+        "lidar_point_count": 0 if points is None else len(points),
+        "lidar_points": b""
+        if points is None
+        else np.ascontiguousarray(points, dtype="<f4").tobytes(),  # N x (x, y, z) float32
+    }
 
 
 def frames_table(log: DriveLog) -> pd.DataFrame:
@@ -100,6 +123,7 @@ def frames_table(log: DriveLog) -> pd.DataFrame:
                 "image_width": image.shape[1],
                 "image_encoding": "rgb8",
                 "image": image.tobytes(),
+                **_rear_columns(frame),
             }
         )
     return pd.DataFrame(rows)
@@ -137,6 +161,9 @@ def scene_index_table(
     for column in ("latitude", "longitude", *SIGNAL_COLUMNS, "lane_index", "lane_count"):
         columns[column] = frames[column].to_numpy()
     columns["vehicles_in_view"] = [len(json.loads(gt)) for gt in frames["ground_truth"]]
+    columns["lidar_point_count"] = (
+        frames["lidar_point_count"].to_numpy() if "lidar_point_count" in frames else [0] * rows
+    )
     columns["events"] = [",".join(sorted(names)) for names in per_frame]
     for rule in rule_names:
         columns[f"event_{rule}"] = [rule in names for names in per_frame]

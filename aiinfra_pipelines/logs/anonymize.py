@@ -120,13 +120,20 @@ def plate_boxes(frame: Frame) -> list[Box]:
     return [other.plate_box for other in frame.others if other.plate_box is not None]
 
 
+def rear_plate_boxes(frame: Frame) -> list[Box]:
+    """Plates in the rear camera's image: every stored camera is anonymized, not only the front."""
+    return [other.rear_plate_box for other in frame.others if other.rear_plate_box is not None]
+
+
 # --------------------------------------------------------------------------- whole log
 
 
 def _anonymize_frame(frame: Frame, decimals: int) -> Frame:
+    rear = frame.rear_image
     return dataclasses.replace(
         frame,
         image=blur_regions(frame.image, plate_boxes(frame)),
+        rear_image=None if rear is None else blur_regions(rear, rear_plate_boxes(frame)),
         latitude=coarsen_coordinate(frame.latitude, decimals),
         longitude=coarsen_coordinate(frame.longitude, decimals),
         others=list(frame.others),
@@ -152,6 +159,7 @@ def anonymize_log(log: DriveLog, key: bytes, gps_decimals: int | None = None) ->
         metadata=anonymize_metadata(log.metadata, key),
         frames=[_anonymize_frame(frame, decimals) for frame in log.frames],
         events=list(log.events),
+        recording=log.recording,
     )
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from aiinfra_pipelines.logs.rig import Recording
+
 # Keys every drive log's MCAP metadata record ("drive_log") must carry. Validation rejects a log
 # whose metadata lacks one of these or carries unknown keys (schema drift).
 REQUIRED_METADATA_KEYS: tuple[str, ...] = (
@@ -40,6 +42,13 @@ TOPIC_POSE = "/ego/pose"  # foxglove.PoseInFrame (local map frame, metres)
 TOPIC_CAN = "/vehicle/can"  # aiinfra.CanSignals
 TOPIC_TRIGGERS = "/events/triggers"  # aiinfra.TriggerEvent
 TOPIC_GROUND_TRUTH = "/sim/ground_truth"  # aiinfra.GroundTruth (simulation only)
+# The recording rig (written when a log carries a logs.rig.Recording): calibration once per
+# log, a rear camera and a LiDAR per frame, the sensors' mounting as static transforms.
+TOPIC_CAMERA_CALIBRATION = "/camera/front/calibration"  # foxglove.CameraCalibration
+TOPIC_REAR_CAMERA = "/camera/rear"  # foxglove.CompressedImage (jpeg) or RawImage
+TOPIC_REAR_CAMERA_CALIBRATION = "/camera/rear/calibration"  # foxglove.CameraCalibration
+TOPIC_LIDAR = "/lidar/points"  # foxglove.PointCloud (x, y, z FLOAT32)
+TOPIC_TF_STATIC = "/tf_static"  # foxglove.FrameTransforms
 REQUIRED_TOPICS: tuple[str, ...] = (
     TOPIC_CAMERA,
     TOPIC_LOCATION,
@@ -64,6 +73,8 @@ class OtherVehicle:
     vy: float
     lane_offset: int  # lane index relative to ego: 0 same lane, +1 left, -1 right
     plate_box: tuple[int, int, int, int] | None = None
+    # The same vehicle's plate in the rear camera's image (``Frame.rear_image``), if visible.
+    rear_plate_box: tuple[int, int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,11 @@ class Frame:
     lane_index: int = 0
     lane_count: int = 0
     others: list[OtherVehicle] = field(default_factory=list)
+    # The recording rig's other sensors (None when the log carries only the front camera):
+    # the rear camera (H x W x 3 uint8 rgb8) and LiDAR returns (N x 3 float32, metres in the
+    # lidar frame: x ahead, y left, z up).
+    rear_image: np.ndarray | None = None
+    lidar_points: np.ndarray | None = None
 
 
 @dataclass
@@ -106,6 +122,9 @@ class DriveLog:
     metadata: dict[str, str]
     frames: list[Frame]
     events: list[TriggerEvent] = field(default_factory=list)
+    # How the car recorded (camera encoding, calibration, transforms); None: the front-camera
+    # layout of fleet-6 and earlier, RawImage only. Not read back: a file states it in messages.
+    recording: Recording | None = None
 
     @property
     def log_id(self) -> str:

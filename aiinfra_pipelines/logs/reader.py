@@ -43,15 +43,18 @@ from aiinfra_pipelines.logs.model import (
     TOPIC_CAMERA,
     TOPIC_CAN,
     TOPIC_GROUND_TRUTH,
+    TOPIC_LIDAR,
     TOPIC_LOCATION,
     TOPIC_POSE,
+    TOPIC_REAR_CAMERA,
     TOPIC_TRIGGERS,
     DriveLog,
     Frame,
     OtherVehicle,
     TriggerEvent,
 )
-from aiinfra_pipelines.logs.schemas import TOPIC_MESSAGE_CLASSES, TOPIC_SCHEMAS
+from aiinfra_pipelines.logs.schemas import TOPIC_SCHEMAS, accepted_schemas, message_class
+from aiinfra_pipelines.logs.sources import decode as role_decode
 from aiinfra_pipelines.logs.writer import IMAGE_ENCODING, METADATA_NAME
 
 Source = bytes | bytearray | memoryview | BinaryIO | str | os.PathLike[str]
@@ -255,10 +258,11 @@ def scan_mcap(source: Source) -> ScannedLog:
 
 
 def _check_schema(topic: str, channel: Channel, schema: Schema | None) -> None:
-    expected = TOPIC_SCHEMAS[topic]
+    accepted = accepted_schemas(topic)
+    expected = " or ".join(accepted)
     if (
         schema is None
-        or schema.name != expected
+        or schema.name not in accepted
         or schema.encoding != SchemaEncoding.Protobuf
         or channel.message_encoding != MessageEncoding.Protobuf
     ):
@@ -281,9 +285,9 @@ def check_schemas(channels: dict[int, Channel], schemas: dict[int, Schema]) -> l
     return problems
 
 
-def _decode(topic: str, record: McapMessage) -> Message:
+def _decode(topic: str, record: McapMessage, schema_name: str | None = None) -> Message:
     try:
-        return TOPIC_MESSAGE_CLASSES[topic].FromString(record.data)
+        return message_class(topic, schema_name).FromString(record.data)
     except DecodeError as exc:
         raise DriveLogError(
             errors.DECODE_ERROR, f"{topic} message at {record.log_time} is not valid: {exc}"
@@ -291,6 +295,8 @@ def _decode(topic: str, record: McapMessage) -> Message:
 
 
 def _decode_image(message: Any, timestamp_ns: int) -> np.ndarray:
+    if message.DESCRIPTOR.name == "CompressedImage":  # fleet-7: JPEG, decoded to rgb8 here
+        return role_decode.image_rgb(message, f"frame {timestamp_ns}")
     height, width, step = int(message.height), int(message.width), int(message.step)
     row_bytes = width * 3
     if message.encoding != IMAGE_ENCODING:
@@ -326,6 +332,9 @@ def _others(ground_truth: Any | None) -> list[OtherVehicle]:
             vy=v.vy,
             lane_offset=v.lane_offset,
             plate_box=(v.plate_x0, v.plate_y0, v.plate_x1, v.plate_y1) if v.has_plate else None,
+            rear_plate_box=(v.rear_plate_x0, v.rear_plate_y0, v.rear_plate_x1, v.rear_plate_y1)
+            if v.has_rear_plate
+            else None,
         )
         for v in ground_truth.vehicles
     ]
@@ -338,6 +347,8 @@ def _frame(
     pose: Any,
     can: Any,
     ground_truth: Any | None,
+    rear_camera: Any | None = None,
+    lidar: Any | None = None,
 ) -> Frame:
     orientation = pose.pose.orientation
     return Frame(
@@ -355,6 +366,10 @@ def _frame(
         lane_index=ground_truth.lane_index if ground_truth is not None else 0,
         lane_count=ground_truth.lane_count if ground_truth is not None else 0,
         others=_others(ground_truth),
+        rear_image=None if rear_camera is None else _decode_image(rear_camera, timestamp_ns),
+        lidar_points=None
+        if lidar is None
+        else role_decode.points_xyz(lidar, f"{TOPIC_LIDAR} at {timestamp_ns}"),
     )
 
 
@@ -421,17 +436,23 @@ def _require_frame_channels(
         raise problem
 
 
+def _schema_name(scanned: ScannedLog, topic: str) -> str | None:
+    schema = scanned.schema_for(topic)
+    return None if schema is None else schema.name
+
+
 def _aligned_channel(
     scanned: ScannedLog, topic: str, camera_times: list[int], required: bool
 ) -> list[Any | None]:
     aligned = align_records(camera_times, scanned.messages.get(topic, []), _tolerance_ns())
+    schema_name = _schema_name(scanned, topic)
     decoded = []
     for time, record in zip(camera_times, aligned, strict=True):
         if record is None and required:
             raise DriveLogError(
                 errors.UNALIGNED_CHANNEL, f"{topic} has no message near camera frame {time}"
             )
-        decoded.append(None if record is None else _decode(topic, record))
+        decoded.append(None if record is None else _decode(topic, record, schema_name))
     return decoded
 
 
@@ -444,15 +465,24 @@ def build_drive_log(scanned: ScannedLog, metadata: dict[str, str] | None = None)
         topic: _aligned_channel(scanned, topic, camera_times, required=True)
         for topic in (TOPIC_LOCATION, TOPIC_POSE, TOPIC_CAN)
     }
-    truth = _aligned_channel(scanned, TOPIC_GROUND_TRUTH, camera_times, required=False)
+    # Optional: ground truth (simulation only), and the rig's rear camera and LiDAR (fleet-7).
+    optional = {
+        topic: _aligned_channel(scanned, topic, camera_times, required=False)
+        if scanned.messages.get(topic)
+        else [None] * len(camera_times)
+        for topic in (TOPIC_GROUND_TRUTH, TOPIC_REAR_CAMERA, TOPIC_LIDAR)
+    }
+    camera_schema = _schema_name(scanned, TOPIC_CAMERA)
     frames = [
         _frame(
             time,
-            _decode(TOPIC_CAMERA, record),
+            _decode(TOPIC_CAMERA, record, camera_schema),
             channels[TOPIC_LOCATION][i],
             channels[TOPIC_POSE][i],
             channels[TOPIC_CAN][i],
-            truth[i],
+            optional[TOPIC_GROUND_TRUTH][i],
+            optional[TOPIC_REAR_CAMERA][i],
+            optional[TOPIC_LIDAR][i],
         )
         for i, (time, record) in enumerate(zip(camera_times, camera_records, strict=True))
     ]
@@ -549,19 +579,24 @@ def _group_frames(reader: SeekingReader) -> Iterator[Frame]:
     topics = [*FRAME_TOPICS, TOPIC_GROUND_TRUTH]
     group: dict[str, list[McapMessage]] = defaultdict(list)
     group_time: int | None = None
+    schema_names: dict[str, str] = {}
     with _translate_errors():
         messages = reader.iter_messages(topics=topics, log_time_order=True)
-        for _schema, channel, record in messages:
+        for schema, channel, record in messages:
             if group_time is not None and record.log_time != group_time:
-                yield from _frames_of_group(group_time, group)
+                yield from _frames_of_group(group_time, group, schema_names)
                 group.clear()
             group_time = record.log_time
             group[channel.topic].append(record)
+            if schema is not None:
+                schema_names[channel.topic] = schema.name
     if group_time is not None:
-        yield from _frames_of_group(group_time, group)
+        yield from _frames_of_group(group_time, group, schema_names)
 
 
-def _frames_of_group(time: int, group: dict[str, list[McapMessage]]) -> Iterator[Frame]:
+def _frames_of_group(
+    time: int, group: dict[str, list[McapMessage]], schema_names: dict[str, str]
+) -> Iterator[Frame]:
     """All camera frames sharing one log time, each with that time's other channels."""
     if not group.get(TOPIC_CAMERA):
         return
@@ -576,7 +611,7 @@ def _frames_of_group(time: int, group: dict[str, list[McapMessage]]) -> Iterator
     for record in group[TOPIC_CAMERA]:
         yield _frame(
             time,
-            _decode(TOPIC_CAMERA, record),
+            _decode(TOPIC_CAMERA, record, schema_names.get(TOPIC_CAMERA)),
             decoded[TOPIC_LOCATION],
             decoded[TOPIC_POSE],
             decoded[TOPIC_CAN],

@@ -11,7 +11,11 @@ different definitions of ``google.protobuf.Timestamp`` in one recording.
 
 from __future__ import annotations
 
+from foxglove_schemas_protobuf.CameraCalibration_pb2 import CameraCalibration
+from foxglove_schemas_protobuf.CompressedImage_pb2 import CompressedImage
+from foxglove_schemas_protobuf.FrameTransforms_pb2 import FrameTransforms
 from foxglove_schemas_protobuf.LocationFix_pb2 import LocationFix
+from foxglove_schemas_protobuf.PointCloud_pb2 import PointCloud
 from foxglove_schemas_protobuf.PoseInFrame_pb2 import PoseInFrame
 from foxglove_schemas_protobuf.RawImage_pb2 import RawImage
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -21,10 +25,15 @@ from google.protobuf.message import Message
 
 from aiinfra_pipelines.logs.model import (
     TOPIC_CAMERA,
+    TOPIC_CAMERA_CALIBRATION,
     TOPIC_CAN,
     TOPIC_GROUND_TRUTH,
+    TOPIC_LIDAR,
     TOPIC_LOCATION,
     TOPIC_POSE,
+    TOPIC_REAR_CAMERA,
+    TOPIC_REAR_CAMERA_CALIBRATION,
+    TOPIC_TF_STATIC,
     TOPIC_TRIGGERS,
 )
 
@@ -62,6 +71,12 @@ _MESSAGES: dict[str, list[_FieldSpec]] = {
         ("plate_y0", _F.TYPE_INT32, False),
         ("plate_x1", _F.TYPE_INT32, False),
         ("plate_y1", _F.TYPE_INT32, False),
+        # The plate in the rear camera's image (fields appended: older logs still decode).
+        ("has_rear_plate", _F.TYPE_BOOL, False),
+        ("rear_plate_x0", _F.TYPE_INT32, False),
+        ("rear_plate_y0", _F.TYPE_INT32, False),
+        ("rear_plate_x1", _F.TYPE_INT32, False),
+        ("rear_plate_y1", _F.TYPE_INT32, False),
     ],
     "GroundTruth": [
         ("timestamp", ".google.protobuf.Timestamp", False),
@@ -134,13 +149,39 @@ TOPIC_MESSAGE_CLASSES: dict[str, type[Message]] = {
     TOPIC_CAN: CanSignals,
     TOPIC_TRIGGERS: TriggerEvent,
     TOPIC_GROUND_TRUTH: GroundTruth,
+    TOPIC_CAMERA_CALIBRATION: CameraCalibration,
+    TOPIC_REAR_CAMERA: RawImage,
+    TOPIC_REAR_CAMERA_CALIBRATION: CameraCalibration,
+    TOPIC_LIDAR: PointCloud,
+    TOPIC_TF_STATIC: FrameTransforms,
 }
 TOPIC_SCHEMAS: dict[str, str] = {
     topic: cls.DESCRIPTOR.full_name for topic, cls in TOPIC_MESSAGE_CLASSES.items()
 }
+# Camera topics carry raw or JPEG images (fleet.yaml ``camera.encoding``): either schema is ours.
+IMAGE_TOPICS: tuple[str, ...] = (TOPIC_CAMERA, TOPIC_REAR_CAMERA)
+IMAGE_MESSAGE_CLASSES: dict[str, type[Message]] = {
+    cls.DESCRIPTOR.full_name: cls for cls in (RawImage, CompressedImage)
+}
+
+
+def accepted_schemas(topic: str) -> tuple[str, ...]:
+    """The schema names a known topic may carry (two for cameras, one for every other)."""
+    if topic in IMAGE_TOPICS:
+        return tuple(IMAGE_MESSAGE_CLASSES)
+    return (TOPIC_SCHEMAS[topic],)
+
+
+def message_class(topic: str, schema_name: str | None = None) -> type[Message]:
+    """The class that decodes ``topic``; for a camera, the one its channel's schema names."""
+    if topic in IMAGE_TOPICS and schema_name in IMAGE_MESSAGE_CLASSES:
+        return IMAGE_MESSAGE_CLASSES[str(schema_name)]
+    return TOPIC_MESSAGE_CLASSES[topic]
+
 
 __all__ = [
     "FILE_DESCRIPTOR",
+    "IMAGE_TOPICS",
     "PROTO_FILE",
     "PROTO_PACKAGE",
     "TOPIC_MESSAGE_CLASSES",
@@ -149,5 +190,7 @@ __all__ = [
     "GroundTruth",
     "GroundTruthVehicle",
     "TriggerEvent",
+    "accepted_schemas",
     "build_file_descriptor_proto",
+    "message_class",
 ]

@@ -99,6 +99,8 @@ class ValidationReport:
     sensors: list[dict[str, Any]] = field(default_factory=list)
     # Conditions a real recording did not state, and how each was derived (or "unknown").
     derived_conditions: dict[str, str] = field(default_factory=dict)
+    # SHA-256 of the cameras' calibration and the static transforms as recorded ("" if none).
+    calibration_sha256: str = ""
 
     @property
     def codes(self) -> list[str]:
@@ -116,6 +118,7 @@ class ValidationReport:
             "profile": self.profile,
             "sensors": list(self.sensors),
             "derived_conditions": dict(self.derived_conditions),
+            "calibration_sha256": self.calibration_sha256,
         }
 
 
@@ -402,8 +405,9 @@ def _build(scanned: ScannedLog, metadata: dict, reasons: list[Reason]) -> DriveL
 def _choose_profile(scanned: ScannedLog, source: str | None) -> SourceProfile | None:
     """The file's source profile; ``None`` for a damaged simulated-layout file.
 
-    A file that no profile fits but that has any of the simulated fleet's topics is read with
-    the simulated reader anyway, so its missing channels and schemas are reported one by one.
+    A file that no profile fits but that has any of the simulated fleet's required topics is
+    read with the simulated reader anyway, so its missing channels and schemas are reported one
+    by one.
     """
     channels = channels_by_topic(scanned.channels, scanned.schemas)
     profiles = load_profiles()
@@ -411,7 +415,8 @@ def _choose_profile(scanned: ScannedLog, source: str | None) -> SourceProfile | 
         return match_profile(channels, source, profiles)
     except DriveLogError:
         simulated = profiles.get(SIMULATED_PROFILE)
-        topics = {spec.topic for spec in simulated.roles.values()} if simulated else set()
+        # Its required topics only: the rig's (/lidar/points, /tf_static) are common names.
+        topics = {spec.topic for spec in simulated.required} if simulated else set()
         if source is None and topics & set(channels):
             return None
         raise
@@ -431,8 +436,11 @@ def _validate(
     reasons = check_channels(scanned) + reasons
     log = _build(scanned, metadata, reasons)
     frame_count, duration, rate = _camera_stats(scanned)
+    builder = ProfileLogBuilder(scanned, profile or load_profiles()[SIMULATED_PROFILE])
+    sync: list[ClockSync] = []
     if log is not None:
         reasons += check_log_content(log, rules)
+        sync = _check_simulated_sensors(builder, log, rules, reasons)
     else:  # timing needs only the camera channel, so still report it
         reasons += check_timing((m.log_time for m in scanned.messages[TOPIC_CAMERA]), rules)
     return ValidationReport(
@@ -444,7 +452,42 @@ def _validate(
         frame_rate_hz=rate,
         log=log,
         profile=SIMULATED_PROFILE,
+        sensors=_with_clock(builder.sensors, sync),
+        calibration_sha256=builder.calibration_sha256,
     )
+
+
+def required_sensor_roles(metadata: dict[str, str], rules: dict[str, Any]) -> list[str]:
+    """Roles the log's ``sensor_config_version`` must record (logs.yaml ``sensor_configs``)."""
+    configs = rules.get("sensor_configs") or {}
+    return [str(role) for role in configs.get(metadata.get("sensor_config_version", ""), [])]
+
+
+def _check_simulated_sensors(
+    builder: ProfileLogBuilder, log: DriveLog, rules: dict[str, Any], reasons: list[Reason]
+) -> list[ClockSync]:
+    """The rig of a simulated-layout log: calibration, LiDAR, transforms, clocks.
+
+    The frames were rebuilt by the simulated reader; the sensors are checked through the
+    simulated source profile with the same code as a real car's, so a fleet log and a ROS 2
+    log are held to one standard.
+    """
+    first = log.frames[0] if log.frames else None
+    shapes: dict[str, tuple[int, ...]] = {}
+    if first is not None:
+        shapes["front_camera"] = first.image.shape
+        if first.rear_image is not None:
+            shapes["rear_camera"] = first.rear_image.shape
+    builder.summarize_frame_roles(shapes.get("front_camera"))
+    builder.check_sensors(shapes)
+    builder.check_required(required_sensor_roles(log.metadata, rules))
+    reasons += [Reason(problem.code, problem.message) for problem in builder.problems]
+    try:
+        sync = clock_sync(builder.clock_offsets())
+    except DriveLogError:  # an undecodable stamp: the reader has reported that message already
+        return []
+    reasons += check_clock_sync(sync, rules)
+    return sync
 
 
 def _validate_profiled(
@@ -462,6 +505,7 @@ def _validate_profiled(
     log = None
     try:
         log = builder.build(metadata)
+        builder.check_required(required_sensor_roles(metadata, rules))
     except DriveLogError as exc:
         reasons.append(Reason(exc.code, exc.message))
         reasons += check_timing(times.tolist(), rules)
@@ -492,6 +536,7 @@ def _validate_profiled(
         profile=profile.name,
         sensors=_with_clock(builder.sensors, sync),
         derived_conditions=dict(builder.derived_conditions),
+        calibration_sha256=builder.calibration_sha256,
     )
 
 

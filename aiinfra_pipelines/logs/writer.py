@@ -18,7 +18,12 @@ from typing import BinaryIO
 
 import mcap_protobuf
 import numpy as np
+from foxglove_schemas_protobuf.CameraCalibration_pb2 import CameraCalibration
+from foxglove_schemas_protobuf.CompressedImage_pb2 import CompressedImage
+from foxglove_schemas_protobuf.FrameTransforms_pb2 import FrameTransforms
 from foxglove_schemas_protobuf.LocationFix_pb2 import LocationFix
+from foxglove_schemas_protobuf.PackedElementField_pb2 import PackedElementField
+from foxglove_schemas_protobuf.PointCloud_pb2 import PointCloud
 from foxglove_schemas_protobuf.PoseInFrame_pb2 import PoseInFrame
 from foxglove_schemas_protobuf.RawImage_pb2 import RawImage
 from google.protobuf.message import Message
@@ -26,19 +31,26 @@ from mcap.well_known import MessageEncoding
 from mcap.writer import LIBRARY_IDENTIFIER, CompressionType
 from mcap.writer import Writer as McapWriter
 from mcap_protobuf.schema import register_schema
+from PIL import Image
 
 from aiinfra_pipelines.logs import _config
 from aiinfra_pipelines.logs.model import (
     TOPIC_CAMERA,
+    TOPIC_CAMERA_CALIBRATION,
     TOPIC_CAN,
     TOPIC_GROUND_TRUTH,
+    TOPIC_LIDAR,
     TOPIC_LOCATION,
     TOPIC_POSE,
+    TOPIC_REAR_CAMERA,
+    TOPIC_REAR_CAMERA_CALIBRATION,
+    TOPIC_TF_STATIC,
     TOPIC_TRIGGERS,
     DriveLog,
     Frame,
 )
 from aiinfra_pipelines.logs.model import TriggerEvent as TriggerEventRecord
+from aiinfra_pipelines.logs.rig import CameraSensor, Recording
 from aiinfra_pipelines.logs.schemas import (
     TOPIC_SCHEMAS,
     CanSignals,
@@ -47,6 +59,8 @@ from aiinfra_pipelines.logs.schemas import (
 )
 
 METADATA_NAME = "drive_log"
+# A second metadata record, written with a recording rig: which sensors the car carried.
+SENSOR_METADATA_NAME = "sensor_config"
 CAMERA_FRAME_ID = "camera_front"
 GPS_FRAME_ID = "gps"
 MAP_FRAME_ID = "map"
@@ -104,35 +118,76 @@ def heading_to_quaternion(heading: float) -> tuple[float, float, float, float]:
     return (0.0, 0.0, math.sin(heading / 2.0), math.cos(heading / 2.0))
 
 
-def _camera_message(frame: Frame) -> RawImage:
-    image = frame.image
+def _check_image(image: np.ndarray, timestamp_ns: int) -> None:
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
         raise ValueError(
-            f"frame {frame.timestamp_ns}: image must be HxWx3 uint8 (rgb8), "
+            f"frame {timestamp_ns}: image must be HxWx3 uint8 (rgb8), "
             f"got shape {image.shape} dtype {image.dtype}"
         )
+
+
+def raw_image_message(image: np.ndarray, frame_id: str, stamp_ns: int) -> RawImage:
+    """``foxglove.RawImage`` rgb8, the pre-rig layout and the ``camera.encoding: raw`` knob."""
+    _check_image(image, stamp_ns)
     height, width = int(image.shape[0]), int(image.shape[1])
     message = RawImage(
-        frame_id=CAMERA_FRAME_ID,
+        frame_id=frame_id,
         width=width,
         height=height,
         encoding=IMAGE_ENCODING,
         step=width * 3,
         data=np.ascontiguousarray(image).tobytes(),
     )
-    message.timestamp.FromNanoseconds(frame.timestamp_ns)
+    message.timestamp.FromNanoseconds(stamp_ns)
     return message
 
 
-def _location_message(frame: Frame) -> LocationFix:
+def jpeg_bytes(image: np.ndarray, quality: int) -> bytes:
+    """Baseline JPEG of an rgb8 image, as a car's camera pipeline would compress it."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(image), mode="RGB").save(
+        buffer, format="JPEG", quality=int(quality)
+    )
+    return buffer.getvalue()
+
+
+def compressed_image_message(
+    image: np.ndarray, frame_id: str, stamp_ns: int, quality: int
+) -> CompressedImage:
+    """``foxglove.CompressedImage`` (format ``jpeg``), what a real car's camera records."""
+    _check_image(image, stamp_ns)
+    message = CompressedImage(frame_id=frame_id, format="jpeg", data=jpeg_bytes(image, quality))
+    message.timestamp.FromNanoseconds(stamp_ns)
+    return message
+
+
+def _image_message(
+    image: np.ndarray, frame_id: str, stamp_ns: int, recording: Recording | None
+) -> Message:
+    if recording is not None and recording.image_encoding == "jpeg":
+        return compressed_image_message(image, frame_id, stamp_ns, recording.jpeg_quality)
+    return raw_image_message(image, frame_id, stamp_ns)
+
+
+def _camera_message(frame: Frame, recording: Recording | None = None) -> Message:
+    stamp = frame.timestamp_ns + (recording.offset_ns("front_camera") if recording else 0)
+    return _image_message(frame.image, CAMERA_FRAME_ID, stamp, recording)
+
+
+def _stamp(frame: Frame, recording: Recording | None, role: str) -> int:
+    """The sensor's own header stamp: the frame time, shifted where a clock fault is injected."""
+    return frame.timestamp_ns + (recording.offset_ns(role) if recording is not None else 0)
+
+
+def _location_message(frame: Frame, recording: Recording | None = None) -> LocationFix:
     message = LocationFix(frame_id=GPS_FRAME_ID, latitude=frame.latitude, longitude=frame.longitude)
-    message.timestamp.FromNanoseconds(frame.timestamp_ns)
+    message.timestamp.FromNanoseconds(_stamp(frame, recording, "gnss"))
     return message
 
 
-def _pose_message(frame: Frame) -> PoseInFrame:
+def _pose_message(frame: Frame, recording: Recording | None = None) -> PoseInFrame:
     message = PoseInFrame(frame_id=MAP_FRAME_ID)
-    message.timestamp.FromNanoseconds(frame.timestamp_ns)
+    message.timestamp.FromNanoseconds(_stamp(frame, recording, "pose"))
     message.pose.position.x = frame.x
     message.pose.position.y = frame.y
     qx, qy, qz, qw = heading_to_quaternion(frame.heading)
@@ -141,18 +196,18 @@ def _pose_message(frame: Frame) -> PoseInFrame:
     return message
 
 
-def _can_message(frame: Frame) -> Message:
+def _can_message(frame: Frame, recording: Recording | None = None) -> Message:
     message = CanSignals(
         speed_mps=frame.speed_mps,
         accel_mps2=frame.accel_mps2,
         steering_rad=frame.steering_rad,
         brake=frame.brake,
     )
-    message.timestamp.FromNanoseconds(frame.timestamp_ns)
+    message.timestamp.FromNanoseconds(_stamp(frame, recording, "vehicle_status"))
     return message
 
 
-def _ground_truth_message(frame: Frame) -> Message:
+def _ground_truth_message(frame: Frame, recording: Recording | None = None) -> Message:
     message = GroundTruth(lane_index=frame.lane_index, lane_count=frame.lane_count)
     message.timestamp.FromNanoseconds(frame.timestamp_ns)
     for other in frame.others:
@@ -173,7 +228,98 @@ def _ground_truth_message(frame: Frame) -> Message:
                 x1,
                 y1,
             )
+        if other.rear_plate_box is not None:
+            vehicle.has_rear_plate = True
+            x0, y0, x1, y1 = other.rear_plate_box
+            vehicle.rear_plate_x0, vehicle.rear_plate_y0 = x0, y0
+            vehicle.rear_plate_x1, vehicle.rear_plate_y1 = x1, y1
     return message
+
+
+_XYZ_FIELDS = tuple(
+    PackedElementField(name=axis, offset=4 * i, type=PackedElementField.FLOAT32)
+    for i, axis in enumerate("xyz")
+)
+
+
+def _rear_camera_message(frame: Frame, recording: Recording) -> Message:
+    camera = recording.cameras["rear"]
+    stamp = _stamp(frame, recording, "rear_camera")
+    return _image_message(frame.rear_image, camera.frame_id, stamp, recording)
+
+
+def _lidar_message(frame: Frame, recording: Recording) -> PointCloud:
+    """``foxglove.PointCloud``: x, y, z FLOAT32 packed per point, in the lidar's frame."""
+    points = np.ascontiguousarray(frame.lidar_points, dtype="<f4").reshape(-1, 3)
+    message = PointCloud(
+        frame_id=recording.lidar_frame_id,
+        point_stride=12,
+        fields=_XYZ_FIELDS,
+        data=points.tobytes(),
+    )
+    message.pose.orientation.w = 1.0
+    message.timestamp.FromNanoseconds(_stamp(frame, recording, "lidar"))
+    return message
+
+
+def _calibration_message(camera: CameraSensor, stamp_ns: int) -> CameraCalibration:
+    intrinsics = camera.intrinsics
+    message = CameraCalibration(
+        frame_id=camera.frame_id,
+        width=intrinsics.width,
+        height=intrinsics.height,
+        distortion_model=intrinsics.distortion_model,
+        D=list(intrinsics.d),
+        K=list(intrinsics.k),
+        R=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+        P=list(intrinsics.p),
+    )
+    message.timestamp.FromNanoseconds(stamp_ns)
+    return message
+
+
+def _transforms_message(recording: Recording, stamp_ns: int) -> FrameTransforms:
+    message = FrameTransforms()
+    for transform in recording.transforms:
+        entry = message.transforms.add(
+            parent_frame_id=transform.parent, child_frame_id=transform.child
+        )
+        entry.timestamp.FromNanoseconds(stamp_ns)
+        entry.translation.x, entry.translation.y, entry.translation.z = transform.translation
+        rotation = entry.rotation
+        rotation.x, rotation.y, rotation.z, rotation.w = transform.rotation
+    return message
+
+
+_CALIBRATION_TOPICS = {"front": TOPIC_CAMERA_CALIBRATION, "rear": TOPIC_REAR_CAMERA_CALIBRATION}
+
+
+def _rig_once(log: DriveLog, omit: frozenset[str]) -> Iterator[tuple[str, Message, int]]:
+    """Calibration and static transforms, once at the log's start (latched, as ROS does)."""
+    recording = log.recording
+    if recording is None or not log.frames:
+        return
+    start = int(log.frames[0].timestamp_ns)
+    has_rear = log.frames[0].rear_image is not None
+    for name, camera in recording.cameras.items():
+        topic = _CALIBRATION_TOPICS.get(name)
+        if topic is None or topic in omit or (name == "rear" and not has_rear):
+            continue
+        yield topic, _calibration_message(camera, start), start
+    if recording.transforms and TOPIC_TF_STATIC not in omit:
+        yield TOPIC_TF_STATIC, _transforms_message(recording, start), start
+
+
+def _rig_per_frame(
+    frame: Frame, recording: Recording | None, omit: frozenset[str]
+) -> Iterator[tuple[str, Message, int]]:
+    if recording is None:
+        return
+    time = int(frame.timestamp_ns)
+    if frame.rear_image is not None and TOPIC_REAR_CAMERA not in omit:
+        yield TOPIC_REAR_CAMERA, _rear_camera_message(frame, recording), time
+    if frame.lidar_points is not None and TOPIC_LIDAR not in omit:
+        yield TOPIC_LIDAR, _lidar_message(frame, recording), time
 
 
 def _event_message(event: TriggerEventRecord) -> Message:
@@ -213,6 +359,8 @@ def _messages_in_time_order(
     """
     events = sorted(log.events, key=lambda event: event.timestamp_ns)
     next_event = 0
+    recording = log.recording
+    yield from _rig_once(log, omit)
     for frame in log.frames:
         _check_timestamp(frame.timestamp_ns, "frame")
         while next_event < len(events) and events[next_event].timestamp_ns < frame.timestamp_ns:
@@ -220,7 +368,8 @@ def _messages_in_time_order(
             next_event += 1
         for topic, build in _FRAME_CHANNELS:
             if topic not in omit:
-                yield topic, build(frame), int(frame.timestamp_ns)
+                yield topic, build(frame, recording), int(frame.timestamp_ns)
+        yield from _rig_per_frame(frame, recording, omit)
     for event in events[next_event:]:
         yield from _event(event, omit)
 
@@ -251,7 +400,25 @@ def _write_stream(
     for topic, message, log_time in _messages_in_time_order(log, omit):
         writer.write(topic, message, log_time)
     writer.add_metadata(METADATA_NAME, dict(log.metadata))
+    if log.recording is not None:
+        writer.add_metadata(SENSOR_METADATA_NAME, _sensor_metadata(log))
     writer.finish()
+
+
+def _sensor_metadata(log: DriveLog) -> dict[str, str]:
+    """What the car says it carried (for people reading the file; ingest checks the messages)."""
+    recording = log.recording
+    assert recording is not None
+    first = log.frames[0] if log.frames else None
+    has_rear = first is not None and first.rear_image is not None
+    cameras = [name for name in recording.cameras if name != "rear" or has_rear]
+    return {
+        "sensor_config_version": recording.sensor_config_version,
+        "cameras": ",".join(cameras),
+        "image_encoding": recording.image_encoding,
+        "jpeg_quality": str(recording.jpeg_quality) if recording.image_encoding == "jpeg" else "",
+        "lidar": "yes" if first is not None and first.lidar_points is not None else "no",
+    }
 
 
 def encode_drive_log(

@@ -66,3 +66,25 @@ def test_garbage_is_refused_not_a_traceback(tmp_path) -> None:
     assert code == 1
     report = json.loads(output)
     assert report["reasons"][0]["code"] == "not_mcap" and report["channels"] == []
+
+
+def test_a_simulated_fleet_log_reports_both_cameras_and_the_lidar(tmp_path) -> None:
+    from aiinfra_pipelines_tests.fleet_rig import healthy_logs
+
+    path = tmp_path / "fleet.mcap"
+    write_drive_log(healthy_logs()[0], path)
+    code, output = _inspect(str(path), "--json")
+    assert code == 0, output
+    report = json.loads(output)
+    assert report["accepted"] is True and report["profile"] == "simulated"
+    sensors = {sensor["role"]: sensor for sensor in report["sensors"]}
+    assert (
+        sensors["front_camera"]["schema"]
+        == sensors["rear_camera"]["schema"]
+        == ("foxglove.CompressedImage")
+    )
+    assert {"front_camera_calibration", "rear_camera_calibration"} <= set(sensors)
+    assert sensors["lidar"]["schema"] == "foxglove.PointCloud"
+    assert sensors["lidar"]["points_mean"] >= 0
+    code, table = _inspect(str(path))
+    assert code == 0 and "/camera/rear" in table and "/lidar/points" in table

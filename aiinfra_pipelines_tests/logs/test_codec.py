@@ -167,6 +167,7 @@ def test_custom_schema_descriptor_set_resolves_timestamp_dependency(encoded: byt
     assert [f.name for f in vehicle.fields] == [
         "vehicle_id", "x", "y", "vx", "vy", "lane_offset", "has_plate",
         "plate_x0", "plate_y0", "plate_x1", "plate_y1",
+        "has_rear_plate", "rear_plate_x0", "rear_plate_y0", "rear_plate_x1", "rear_plate_y1",
     ]  # fmt: skip
     cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("aiinfra.CanSignals"))
     assert cls.DESCRIPTOR.fields_by_name["timestamp"].message_type.full_name == (

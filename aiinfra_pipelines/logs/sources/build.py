@@ -10,6 +10,7 @@ per sensor for the inspection report and the scene index.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,11 +22,22 @@ from aiinfra_pipelines.logs import errors
 from aiinfra_pipelines.logs.errors import DriveLogError
 from aiinfra_pipelines.logs.model import DriveLog, Frame, TriggerEvent
 from aiinfra_pipelines.logs.reader import align_records, rate_hz
+from aiinfra_pipelines.logs.rig import calibration_sha256
 from aiinfra_pipelines.logs.sources import decode
-from aiinfra_pipelines.logs.sources.profiles import SourceProfile
+from aiinfra_pipelines.logs.sources.profiles import CALIBRATION_SUFFIX, SourceProfile
 
 # Roles whose messages carry the sensor's own time stamp, checked against the log clock.
-STAMPED_ROLES: tuple[str, ...] = ("front_camera", "lidar", "gnss", "pose", "imu", "vehicle_status")
+STAMPED_ROLES: tuple[str, ...] = (
+    "front_camera",
+    "rear_camera",
+    "lidar",
+    "gnss",
+    "pose",
+    "imu",
+    "vehicle_status",
+)
+# Cameras a profile may map; each one's calibration is the role ``<camera>_calibration``.
+CAMERA_ROLES: tuple[str, ...] = ("front_camera", "rear_camera")
 
 # Roles decoded only to check (LiDAR's layout) and summarize; they do not become frame fields.
 PASS_THROUGH_ROLES: tuple[str, ...] = ("lidar", "imu", "static_transforms")
@@ -99,6 +111,9 @@ class ProfileLogBuilder:
         self.problems: list[DriveLogError] = []
         # Condition keys the recording did not state, with how validation derived each.
         self.derived_conditions: dict[str, str] = {}
+        # What the calibration hash covers: each camera's intrinsics, every static transform.
+        self.calibrations: dict[str, dict[str, Any]] = {}
+        self.transforms: list[dict[str, Any]] = []
 
     def _records(self, role: str) -> tuple[Channel | None, list[McapMessage]]:
         spec = self.profile.role(role)
@@ -124,33 +139,85 @@ class ProfileLogBuilder:
         channel, records = self._records(role)
         if spec is None or channel is None:
             return
+        schema = self.scanned.schemas.get(channel.schema_id)
+        name = spec.schema if schema is None else schema.name  # raw or JPEG, as recorded
         self.sensors.append(
-            SensorSummary(role, spec.topic, spec.schema, len(records), _rate(records), details)
+            SensorSummary(role, spec.topic, name, len(records), _rate(records), details)
         )
 
-    def _check_calibration(self, image_shape: tuple[int, ...] | None) -> None:
-        spec = self.profile.role("front_camera_calibration")
-        messages = self._decoded("front_camera_calibration")
+    def _check_calibration(self, camera: str, image_shape: tuple[int, ...] | None) -> None:
+        role = camera + CALIBRATION_SUFFIX
+        spec = self.profile.role(role)
+        messages = self._decoded(role)
+        label = camera.replace("_", " ")
         if not messages:
             if spec is not None and spec.required:
                 raise DriveLogError(
                     errors.MISSING_CALIBRATION,
-                    f"front camera calibration ({spec.topic}) was not recorded",
+                    f"{label} calibration ({spec.topic}) was not recorded",
                 )
             return
         calibration = decode.calibration(messages[-1])
         problems = calibration.problems(image_shape)
         if problems:
             raise DriveLogError(
-                errors.BAD_CALIBRATION, f"front camera calibration: {'; '.join(problems)}"
+                errors.BAD_CALIBRATION, f"{label} calibration: {'; '.join(problems)}"
             )
+        self.calibrations[role] = calibration.canonical()
         self._summarize(
-            "front_camera_calibration",
+            role,
             width=calibration.width,
             height=calibration.height,
             k=list(calibration.k),
             distortion_model=calibration.distortion_model,
         )
+
+    def _image_shape(self, camera: str) -> tuple[int, ...] | None:
+        """The first image's shape of a camera that does not form frames (its size check)."""
+        channel, records = self._records(camera)
+        if channel is None or not records:
+            return None
+        first = records[0]
+        return decode.image_rgb(self._decode(channel, first), f"{camera} {first.log_time}").shape
+
+    def check_sensors(self, image_shapes: dict[str, tuple[int, ...]]) -> None:
+        """Every camera's calibration, the rear cameras, and the pass-through sensors.
+
+        ``image_shapes`` gives the cameras already decoded (the front camera, and the rear
+        one where the reader decoded it); any other camera's first image is decoded here.
+        Problems are collected in :attr:`problems`, so a report names every one of them.
+        """
+        for camera in CAMERA_ROLES:
+            if self.profile.role(camera) is None:
+                continue
+            try:
+                shape = image_shapes.get(camera) or self._image_shape(camera)
+                if camera != "front_camera" and shape is not None:
+                    self._summarize(camera, width=shape[1], height=shape[0])
+                self._check_calibration(camera, shape)
+            except DriveLogError as problem:
+                self.problems.append(problem)
+        try:
+            self._check_pass_through()
+        except DriveLogError as problem:
+            self.problems.append(problem)
+
+    def check_required(self, roles: Sequence[str]) -> None:
+        """Roles a sensor configuration must record (logs.yaml ``sensor_configs``)."""
+        for role in roles:
+            spec = self.profile.role(role)
+            _channel, records = self._records(role)
+            if records:
+                continue
+            code = (
+                errors.MISSING_CALIBRATION
+                if role.endswith(CALIBRATION_SUFFIX)
+                else errors.MISSING_CHANNEL
+            )
+            where = f"{spec.topic}" if spec is not None else f"not mapped by {self.profile.name}"
+            self.problems.append(
+                DriveLogError(code, f"{role} ({where}) is required by the sensor config")
+            )
 
     def _check_pass_through(self) -> None:
         for role in PASS_THROUGH_ROLES:
@@ -162,7 +229,22 @@ class ProfileLogBuilder:
                 topic = self.profile.roles[role].topic
                 points = [decode.point_count(m, f"{topic} #{i}") for i, m in enumerate(messages)]
                 details["points_mean"] = float(np.mean(points))
+            if role == "static_transforms":
+                self.transforms = [t for m in messages for t in decode.static_transforms(m)]
+                details["frames"] = sorted({t["child"] for t in self.transforms})
             self._summarize(role, **details)
+
+    @property
+    def calibration_sha256(self) -> str:
+        """Hash of every camera calibration and static transform read (``""``: none)."""
+        return calibration_sha256(self.calibrations, self.transforms)
+
+    def summarize_frame_roles(self, image_shape: tuple[int, ...] | None) -> None:
+        """The frame-forming roles as found, for logs rebuilt by the simulated reader."""
+        if image_shape is not None:
+            self._summarize("front_camera", width=image_shape[1], height=image_shape[0])
+        for role in ("gnss", "pose", "vehicle_status", "events"):
+            self._summarize(role)
 
     def clock_offsets(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per stamped role: (log times s, sensor stamp - log time in ms), where stamps exist."""
@@ -191,11 +273,7 @@ class ProfileLogBuilder:
             for record in camera_records
         ]
         self._summarize("front_camera", width=images[0].shape[1], height=images[0].shape[0])
-        for check in (lambda: self._check_calibration(images[0].shape), self._check_pass_through):
-            try:
-                check()
-            except DriveLogError as problem:
-                self.problems.append(problem)
+        self.check_sensors({"front_camera": images[0].shape})
         aligned: dict[str, list[Any]] = {}
         for role in ("gnss", "pose", "vehicle_status"):
             spec = self.profile.role(role)

@@ -127,6 +127,17 @@ class Calibration:
     height: int
     k: tuple[float, ...]
     distortion_model: str
+    d: tuple[float, ...] = ()
+
+    def canonical(self) -> dict[str, Any]:
+        """What the calibration hash covers (logs.rig.calibration_sha256)."""
+        return {
+            "width": self.width,
+            "height": self.height,
+            "k": list(self.k),
+            "d": list(self.d),
+            "distortion_model": self.distortion_model,
+        }
 
     def problems(self, image_shape: tuple[int, ...] | None) -> list[str]:
         found = []
@@ -149,7 +160,31 @@ def calibration(message: Any) -> Calibration:
         height=int(_get(message, "height", default=0)),
         k=tuple(float(v) for v in _get(message, "k", "K", default=())),
         distortion_model=str(_get(message, "distortion_model", default="")),
+        d=tuple(float(v) for v in _get(message, "d", "D", default=())),
     )
+
+
+def _xyz(vector: Any, axes: str) -> list[float]:
+    return [float(getattr(vector, axis)) for axis in axes]
+
+
+def static_transforms(message: Any) -> list[dict[str, Any]]:
+    """Parent, child, translation and rotation of ``TFMessage`` / ``foxglove.FrameTransforms``."""
+    found = []
+    for entry in _get(message, "transforms", default=[]):
+        if hasattr(entry, "transform"):  # geometry_msgs/TransformStamped
+            parent, moved = entry.header.frame_id, entry.transform
+        else:  # foxglove.FrameTransform
+            parent, moved = entry.parent_frame_id, entry
+        found.append(
+            {
+                "parent": str(parent),
+                "child": str(entry.child_frame_id),
+                "translation": _xyz(moved.translation, "xyz"),
+                "rotation": _xyz(moved.rotation, "xyzw"),
+            }
+        )
+    return found
 
 
 def point_count(message: Any, where: str) -> int:
@@ -191,6 +226,20 @@ def point_count(message: Any, where: str) -> int:
             errors.BAD_POINT_CLOUD, f"{where}: {len(data)} B is not a whole number of points"
         )
     return len(data) // stride
+
+
+def points_xyz(message: Any, where: str) -> np.ndarray:
+    """The cloud's positions as N x 3 float32 (layout checked by :func:`point_count`)."""
+    count = point_count(message, where)
+    stride = int(_get(message, "point_step", "point_stride", default=0))
+    fields = {str(_get(f, "name")): f for f in _get(message, "fields", default=[])}
+    data = np.frombuffer(bytes(_get(message, "data", default=b"")), dtype=np.uint8)
+    rows = data[: count * stride].reshape(count, stride)
+    offsets = [int(_get(fields[axis], "offset")) for axis in ("x", "y", "z")]
+    if offsets == [0, 4, 8]:  # packed x, y, z first: one view, no per-axis copies
+        return rows[:, :12].copy().view("<f4").reshape(count, 3)
+    columns = [rows[:, o : o + 4].copy().view("<f4").reshape(count) for o in offsets]
+    return np.stack(columns, axis=1)
 
 
 def position_fix(message: Any) -> tuple[float, float]:

@@ -38,6 +38,15 @@ class RoleSpec:
     required: bool = False
     # Largest |sample time - frame time| for a sample to belong to a camera frame.
     max_age_s: float = 0.05
+    # Every schema the role may carry (``schema`` first): a camera recorded raw or as JPEG.
+    alternatives: tuple[str, ...] = ()
+
+    @property
+    def schemas(self) -> tuple[str, ...]:
+        return (self.schema, *self.alternatives)
+
+    def accepts(self, encoding: str, schema: str) -> bool:
+        return encoding == self.encoding and schema in self.schemas
 
 
 @dataclass(frozen=True)
@@ -83,23 +92,26 @@ class SourceProfile:
             found = channels.get(spec.topic)
             if found is None:
                 absent.append(f"{spec.role} ({spec.topic})")
-            elif found != (spec.encoding, spec.schema):
+            elif not spec.accepts(*found):
                 mismatched.append(
                     f"{spec.role} ({spec.topic} carries {found[0]} {found[1]}, "
-                    f"not {spec.encoding} {spec.schema})"
+                    f"not {spec.encoding} {' or '.join(spec.schemas)})"
                 )
         return absent, mismatched
 
 
 def _role(name: str, raw: Mapping[str, Any], profile: str) -> RoleSpec:
     try:
+        schemas = raw["schema"]
+        names = [str(schemas)] if isinstance(schemas, str) else [str(s) for s in schemas]
         spec = RoleSpec(
             role=name,
             topic=str(raw["topic"]),
             encoding=str(raw["encoding"]),
-            schema=str(raw["schema"]),
+            schema=names[0],
             required=bool(raw.get("required", False)),
             max_age_s=float(raw.get("max_age_s", 0.05)),
+            alternatives=tuple(names[1:]),
         )
     except KeyError as exc:
         raise ValueError(f"source profile {profile}: role {name} lacks {exc.args[0]}") from exc
