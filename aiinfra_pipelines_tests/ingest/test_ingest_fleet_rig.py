@@ -40,7 +40,9 @@ def test_fleet_rig_logs_are_indexed_with_their_calibration_hash_and_skew_is_quar
     expected = {validate_drive_log(encode_drive_log(log)).calibration_sha256 for log in good}
     assert len(expected) == 1 and len(next(iter(expected))) == 64
     assert set(index["calibration_sha256"]) == expected
-    assert set(index["sensor_config_version"]) == {"cam-front-rear-lidar-v3"}
+    assert set(index["sensor_config_version"]) == {
+        log.metadata["sensor_config_version"] for log in good
+    }
     assert index.groupby("log_id").size().to_dict() == {log.log_id: len(log.frames) for log in good}
     assert (index["lidar_point_count"] >= 0).all()
 
