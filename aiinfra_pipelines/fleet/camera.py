@@ -130,6 +130,16 @@ class EgoCamera:
         leftward = (self.ego_v_px - (np.arange(self.height_px) + 0.5)) / scale
         return ahead, leftward
 
+    def ground_points_m(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every pixel centre's ground point in ego's frame: (metres ahead, metres left), H x W.
+
+        Rotated by the camera's yaw, so a rear camera's pixels lie behind ego (negative ahead).
+        """
+        ahead, leftward = self._pixel_centres_m
+        cam_ahead, cam_left = np.meshgrid(ahead, leftward)
+        cos_y, sin_y = math.cos(self.yaw_offset_rad), math.sin(self.yaw_offset_rad)
+        return cam_ahead * cos_y - cam_left * sin_y, cam_ahead * sin_y + cam_left * cos_y
+
     def _axes(self, heading: float) -> tuple[np.ndarray, np.ndarray]:
         """Unit vectors of ego's forward and left directions in highway-env world coordinates."""
         cos_h, sin_h = math.cos(heading), math.sin(heading)

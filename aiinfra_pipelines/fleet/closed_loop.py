@@ -285,12 +285,12 @@ def run_episode(
                 others = reader.read(env, image, rear, rear_camera)  # paints plates into both
                 speed = float(np.clip(ego.speed_mps, 0.0, max_speed))
                 seen = (
-                    degrade(image, setup.weather, setup.lighting, rng, cfg)
+                    degrade(image, setup.weather, setup.lighting, rng, cfg, camera)
                     if image is not None
                     else None
                 )
                 seen_rear = (
-                    degrade(rear, setup.weather, setup.lighting, rear_rng, cfg)
+                    degrade(rear, setup.weather, setup.lighting, rear_rng, cfg, rear_camera)
                     if rear is not None
                     else None
                 )

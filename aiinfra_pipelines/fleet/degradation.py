@@ -2,17 +2,21 @@
 
 The simulator renders a clean image; conditions are what make perception hard, so they are
 applied here to the pixels the perception model will see: night = low light gain + sensor
-noise, rain = bright streaks + blur, fog = contrast loss toward a gray veil. Weather is applied
-first and lighting last because sensor noise comes from the sensor, after the scene's optics.
+noise, except where ego's own headlights light the road ahead; rain = bright streaks + blur,
+fog = contrast loss toward a gray veil. Weather is applied first and lighting last because
+sensor noise comes from the sensor, after the scene's optics.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from aiinfra_pipelines.fleet.camera import EgoCamera
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
 
 
@@ -22,11 +26,13 @@ def degrade(
     lighting: str,
     rng: np.random.Generator,
     config: FleetConfig | None = None,
+    camera: EgoCamera | None = None,
 ) -> np.ndarray:
     """The camera image as seen under ``weather``/``lighting``; a new uint8 array.
 
     ``rng`` supplies streak positions and sensor noise, so the same rng state yields the same
-    bytes (the fleet's determinism test relies on this).
+    bytes (the fleet's determinism test relies on this). ``camera`` (the image's geometry)
+    places ego's headlight beams at night; without it the night is uniformly dark.
     """
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(f"expected an H x W x 3 uint8 image, got {image.dtype} {image.shape}")
@@ -39,16 +45,56 @@ def degrade(
     elif weather != "clear":
         raise ValueError(f"unknown weather {weather!r}")
     if lighting == "night":
-        out = apply_night(out, rng, params["night"])
+        gain = None if camera is None else headlight_gain(camera, params["night"])
+        out = apply_night(out, rng, params["night"], gain)
     elif lighting != "day":
         raise ValueError(f"unknown lighting {lighting!r}")
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
-def apply_night(image: np.ndarray, rng: np.random.Generator, p: Mapping[str, Any]) -> np.ndarray:
-    """Low light: scale intensities down, then add Gaussian sensor noise (float in/out)."""
-    dark = image * float(p["light_gain"])
+def apply_night(
+    image: np.ndarray,
+    rng: np.random.Generator,
+    p: Mapping[str, Any],
+    gain: np.ndarray | None = None,
+) -> np.ndarray:
+    """Low light: scale intensities down (by ``gain`` per pixel, H x W, if given; else the
+    uniform ``light_gain``), then add Gaussian sensor noise (float in/out)."""
+    dark = image * (float(p["light_gain"]) if gain is None else gain[:, :, None])
     return dark + rng.normal(0.0, float(p["noise_sigma"]), size=image.shape)
+
+
+def headlight_gain(camera: EgoCamera, p: Mapping[str, Any]) -> np.ndarray:
+    """Per-pixel light gain at night (H x W): ``light_gain``, more where ego's beams reach.
+
+    A car at night is not in the dark: its low beams light a cone of road ahead, and a night
+    camera sees the car in front by them. The cone (``headlights``: half angle, range) gets
+    ``beam_gain`` at ego, falling off with the square of the distance to ``light_gain`` at the
+    beams' range. A rear camera's pixels lie behind ego, outside the cone.
+    """
+    beams = p.get("headlights") or {}
+    key = (
+        camera,
+        float(p["light_gain"]),
+        float(beams.get("beam_gain", p["light_gain"])),
+        float(beams.get("range_m", 0.0)),
+        float(beams.get("half_angle_deg", 0.0)),
+    )
+    return _headlight_gain(*key)
+
+
+@lru_cache(maxsize=8)
+def _headlight_gain(
+    camera: EgoCamera, light_gain: float, beam_gain: float, range_m: float, half_angle_deg: float
+) -> np.ndarray:
+    ahead, left = camera.ground_points_m()
+    distance = np.hypot(ahead, left)
+    in_cone = (ahead > 0.0) & (np.abs(np.arctan2(left, ahead)) <= math.radians(half_angle_deg))
+    falloff = np.clip(1.0 - (distance / range_m) ** 2, 0.0, 1.0) if range_m > 0 else 0.0
+    gain = light_gain + (beam_gain - light_gain) * np.where(in_cone, falloff, 0.0)
+    gain = gain.astype(np.float32)
+    gain.setflags(write=False)
+    return gain
 
 
 def apply_rain(image: np.ndarray, rng: np.random.Generator, p: Mapping[str, Any]) -> np.ndarray:

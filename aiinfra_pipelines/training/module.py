@@ -210,6 +210,7 @@ class PerceptionModule(L.LightningModule):
         grid_ahead: Sequence[Any] | None = None,
         stages: int = STAGES,
         stem_stride: int = 2,
+        mirror_average: bool = False,
     ) -> None:
         super().__init__()
         if scheduler not in SCHEDULERS:
@@ -236,6 +237,7 @@ class PerceptionModule(L.LightningModule):
             else (int(grid_ahead[0]), tuple(float(d) for d in grid_ahead[1])),
             stages=int(stages),
             stem_stride=int(stem_stride),
+            mirror_average=bool(mirror_average),
         )
         # Not persistent: derived from the hyperparameters, so a checkpoint rebuilds it.
         self.register_buffer(
@@ -280,6 +282,7 @@ class PerceptionModule(L.LightningModule):
             pool=config["model"].get("pool", (2, 5)),
             stages=int(config["model"].get("stages", STAGES)),
             stem_stride=int(config["model"].get("stem_stride", 2)),
+            mirror_average=bool(config["model"].get("mirror_average", False)),
             **_grid_geometry(
                 spec,
                 config["model"].get("head", "dense"),

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from aiinfra_pipelines.fleet.camera import EgoCamera
 from aiinfra_pipelines.fleet.degradation import box_blur, degrade
+from aiinfra_pipelines.fleet.settings import fleet_config
 
 
 @pytest.fixture
@@ -77,3 +79,34 @@ def test_box_blur_preserves_constant_and_mean() -> None:
     blurred = box_blur(impulse, 3)
     np.testing.assert_allclose(blurred[3:6, 3:6, 0], np.ones((3, 3)), atol=1e-5)
     assert blurred.sum() == pytest.approx(9.0)
+
+
+def test_ego_headlights_light_the_road_ahead_at_night_and_nothing_behind() -> None:
+    """The front camera's cone ahead is lit toward beam_gain, fading with distance; beside
+    and behind ego, and everywhere in the rear camera, the night stays uniformly dark."""
+    camera_cfg = fleet_config()["camera"]
+    night = fleet_config()["degradation"]["night"]
+    front = EgoCamera.from_config(camera_cfg)
+    flat = np.full((front.height_px, front.width_px, 3), 200, dtype=np.uint8)
+    lit = degrade(flat, "clear", "night", _rng(), camera=front).astype(float).mean(axis=2)
+    dark = degrade(flat, "clear", "night", _rng()).astype(float).mean(axis=2)
+
+    def pixel(ahead_m: float, left_m: float) -> tuple[int, int]:
+        u = int(front.ego_u_px + ahead_m * front.scaling_px_per_m)
+        v = int(front.ego_v_px - left_m * front.scaling_px_per_m)
+        return v, u
+
+    beam_range = float(night["headlights"]["range_m"])
+    near, far = pixel(10.0, 0.0), pixel(0.8 * beam_range, 0.0)
+    assert lit[near] > lit[far] > dark[far] + 10  # lit, and fading with distance
+    assert lit[near] == pytest.approx(200 * float(night["headlights"]["beam_gain"]), abs=40)
+    for outside in (pixel(-10.0, 0.0), pixel(5.0, 15.0), pixel(beam_range + 10.0, 0.0)):
+        assert lit[outside] == pytest.approx(dark[outside], abs=1e-6)  # same noise stream
+    rear = EgoCamera.from_config(camera_cfg["rear"], front.scaling_px_per_m, yaw_deg=180.0)
+    rear_flat = np.full((rear.height_px, rear.width_px, 3), 200, dtype=np.uint8)
+    np.testing.assert_array_equal(
+        degrade(rear_flat, "clear", "night", _rng(), camera=rear),
+        degrade(rear_flat, "clear", "night", _rng()),
+    )
+    # Daylight is not touched by the beams.
+    np.testing.assert_array_equal(degrade(flat, "clear", "day", _rng(), camera=front), flat)
