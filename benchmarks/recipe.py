@@ -8,8 +8,9 @@ What a demo cycle does to the model, without Dagster, so the recipe in
 2. encode every kept segment as MCAP, read it back, anonymize it and build its frames table,
    as ingestion does (``logs.writer`` / ``logs.reader`` / ``logs.anonymize`` /
    ``ingest.tables.frames_table``), tagged with its slice (lighting/weather/road type);
-3. hold out the benchmark by log (``datasets.benchmark.freeze_benchmark``) and split the rest
-   train/val by log (``datasets.split.split_by_log``) with ``resources/datasets.yaml``;
+3. hold out the benchmark by log (``datasets.benchmark.freeze_benchmark``), drop the frames
+   label QC holds back (``mining.label_qc``) and split the rest train/val by log
+   (``datasets.split.split_by_log``) with ``resources/datasets.yaml``;
 4. train with ``training.train.train_perception_model`` (the asset's code, its MLflow run in a
    throw-away sqlite store) and score the candidate on the benchmark per slice
    (``evaluation``), beside the no-camera baselines fitted on the training split.
@@ -150,8 +151,21 @@ class Splits:
     benchmark: pd.DataFrame
 
 
+def without_held_back(frames: pd.DataFrame) -> pd.DataFrame:
+    """``frames`` less those label QC holds back from training (``mining.label_qc``), as the
+    datasets layer drops them from every training dataset."""
+    from aiinfra_pipelines.mining.label_qc import label_agreement
+    from aiinfra_pipelines.perception.contract import perception_spec
+
+    if frames.empty:
+        return frames
+    held = label_agreement(frames, perception_spec())["held_back"].to_numpy()
+    return frames[~held].reset_index(drop=True)
+
+
 def split_like_datasets(frames: pd.DataFrame) -> Splits:
-    """Benchmark held out by log per slice, the rest train/val by log (datasets.yaml)."""
+    """Benchmark held out by log per slice, the rest (less what label QC holds back) train/val
+    by log (datasets.yaml)."""
     settings = dataset_settings()
     manifest = freeze_benchmark(
         None,
@@ -160,7 +174,9 @@ def split_like_datasets(frames: pd.DataFrame) -> Splits:
         seed=settings.seed,
         min_logs_per_slice=settings.min_benchmark_logs_per_slice,
     )
-    rest = split_by_log(exclude_benchmark(frames, manifest), settings.val_fraction, settings.seed)
+    rest = split_by_log(
+        without_held_back(exclude_benchmark(frames, manifest)), settings.val_fraction, settings.seed
+    )
     return Splits(
         train=rest[rest["split"] == "train"].reset_index(drop=True),
         val=rest[rest["split"] == "val"].reset_index(drop=True),
@@ -192,7 +208,7 @@ def second_cycle_splits(first: Splits, new_frames: pd.DataFrame) -> Splits:
     """Cycle 2's data as the demo has it: the benchmark stays cycle 1's (frozen), the new
     fleet's logs join train/val split by log like the first cycle's."""
     settings = dataset_settings()
-    new = split_by_log(new_frames, settings.val_fraction, settings.seed)
+    new = split_by_log(without_held_back(new_frames), settings.val_fraction, settings.seed)
     return Splits(
         train=pd.concat([first.train, new[new["split"] == "train"]], ignore_index=True),
         val=pd.concat([first.val, new[new["split"] == "val"]], ignore_index=True),

@@ -152,6 +152,22 @@ def compute_seconds_by_stage(instance: dg.DagsterInstance, window: CycleWindow) 
     }
 
 
+def release_stages(lake: VersionedLake, newest: str | None) -> dict[str, dict[str, Any]]:
+    """``{version: {stage, status, events}}`` for every model version up to ``newest``."""
+    if not newest or not str(newest).isdigit():
+        return {}
+    stages = {}
+    for version in range(1, int(newest) + 1):
+        state = read_state(lake, str(version))
+        if state:
+            stages[str(version)] = {
+                "stage": state.get("stage"),
+                "status": state.get("status"),
+                "events": [entry.get("event") for entry in state.get("history") or []],
+            }
+    return stages
+
+
 def cycle_record(
     instance: dg.DagsterInstance,
     lake: VersionedLake,
@@ -187,6 +203,9 @@ def cycle_record(
             "stage": rollout.get("stage") if rollout else None,
             "status": rollout.get("status") if rollout else None,
         },
+        # Every release's rollout as this cycle left it: an earlier cycle's candidate moves on
+        # (past its canary) on the telemetry this cycle's fleet drove.
+        "rollouts": release_stages(lake, version),
         "kpis": {
             "frames_published_share": round(accepted / upload.frames, 4) if upload.frames else 0,
             "landing_to_certified_s": (

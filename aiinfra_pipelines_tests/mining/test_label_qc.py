@@ -156,3 +156,33 @@ def test_human_check_sample_is_seeded_per_frame_not_per_batch(fleet, spec, confi
     assert (tail_reviewed == reviewed[-40:]).all()
     other_seed, _ = human_check(fleet, occupancy, dict(qc, seed=qc["seed"] + 1))
     assert (other_seed != checked).any()
+
+
+def test_junction_frames_are_reported_not_judged_instead_of_held_back(fleet, spec, config):
+    """A straight-lane labeller cannot judge a curving lane: on the road types outside
+    ``judged_road_types`` a disagreement holds nothing back, and the report says QC did not
+    look there; on highway and merge the same disagreement still holds frames back."""
+
+    def disagrees_everywhere(frames: pd.DataFrame, spec):
+        occupancy, gap = ground_truth_labels(frames, spec)
+        return 1.0 - occupancy, np.clip(gap + 0.5, 0.0, 1.0)
+
+    frames = fleet.copy()
+    logs = sorted(frames["log_id"].unique())
+    junction = frames["log_id"].isin(logs[::2])  # tag every other log as a roundabout drive
+    frames.loc[junction, "slice"] = (
+        frames.loc[junction, "slice"].str.rsplit("/", n=1).str[0] + "/roundabout"
+    )
+    result = label_agreement(frames, spec, no_human_check(config), independent=disagrees_everywhere)
+    road = result["slice"].str.rsplit("/", n=1).str[-1]
+    judged = road.isin(config["label_qc"]["judged_road_types"])
+    assert judged.any() and (~judged).any(), set(road)
+    assert result.loc[judged, "held_back"].all()
+    assert not result.loc[~judged, "held_back"].any()
+    assert (result.loc[~judged, "labeller"] == "not_judged").all()
+    assert (result.loc[~judged, "reason"] == "").all()
+    summary = qc_summary(result)
+    assert summary["judged"] == int(judged.sum()) == summary["held_back"]
+    for name, row in summary["per_slice"].items():
+        expected = row["frames"] if name.rsplit("/", 1)[-1] in {"highway", "merge"} else 0
+        assert row["judged"] == expected, name

@@ -124,3 +124,39 @@ def test_a_sharper_camera_with_a_patch_stem_keeps_the_cells_the_same_size_in_met
         PerceptionNet(PerceptionSpec(66, 160, SPEC.bin_edges_m, 75.0), stem_stride=4)
     with pytest.raises(ValueError, match="stem_stride"):
         PerceptionNet(SPEC, stem_stride=3)
+
+
+def test_mirror_average_reads_the_frame_and_its_mirror_image_only_at_inference() -> None:
+    """Eval mode: the mean of the frame's reading and its mirror image's, lanes swapped back
+    (a mirrored scene reads the same); training mode: one view. Exports with parity."""
+    torch.manual_seed(0)
+    single = PerceptionNet(SPEC, width=8, hidden=16, pool=None)
+    averaged = PerceptionNet(SPEC, width=8, hidden=16, pool=None, mirror_average=True)
+    averaged.load_state_dict(single.state_dict())
+    single.eval()
+    averaged.eval()
+    images = torch.rand(3, 3, SPEC.image_height, SPEC.image_width)
+    with torch.no_grad():
+        occupancy, gap = single(images)
+        mirrored_occupancy, mirrored_gap = single(images.flip(-2))
+        both_occupancy, both_gap = averaged(images)
+        torch.testing.assert_close(both_occupancy, (occupancy + mirrored_occupancy.flip(-2)) / 2)
+        torch.testing.assert_close(both_gap, (gap + mirrored_gap) / 2)
+        # A mirrored frame reads as the frame with left and right swapped.
+        flipped_occupancy, flipped_gap = averaged(images.flip(-2))
+        torch.testing.assert_close(flipped_occupancy, both_occupancy.flip(-2))
+        torch.testing.assert_close(flipped_gap, both_gap)
+    averaged.train()
+    single.train()
+    torch.manual_seed(1)
+    train_occupancy, _ = averaged(images)
+    torch.manual_seed(1)
+    torch.testing.assert_close(train_occupancy, single(images)[0])
+    averaged.eval()
+    exported = export_checked_onnx(
+        averaged,
+        np.random.default_rng(2).random((2, 3, SPEC.image_height, SPEC.image_width), np.float32),
+        tolerance=1e-4,
+        opset=17,
+    )
+    assert exported.max_abs_error["occupancy_logits"] <= 1e-4
