@@ -10,6 +10,7 @@ import pytest
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.publish import publish_objects
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
+from aiinfra_pipelines_tests.camera import CAMERA_SIZE
 from aiinfra_pipelines_tests.loop.helpers import (
     all_assets_and_checks,
     ingest_and_mine,
@@ -26,7 +27,7 @@ def test_a_benchmark_without_frames_fails_offline_eval_naming_why(tmp_path, inst
         instance,
         resources,
         "single",
-        [make_synthetic_log(n_frames=8, seed=1, image_height=64, image_width=160)],
+        [make_synthetic_log(n_frames=8, seed=1, **CAMERA_SIZE)],
     )
     assert dg.materialize(
         all_assets_and_checks(),

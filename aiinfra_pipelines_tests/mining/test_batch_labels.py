@@ -6,6 +6,7 @@ import dagster as dg
 
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
+from aiinfra_pipelines_tests.camera import CAMERA_SIZE
 from aiinfra_pipelines_tests.loop.helpers import (
     all_assets_and_checks,
     ingest_and_mine,
@@ -18,7 +19,7 @@ def test_label_qc_metadata_counts_every_log_of_the_batch(tmp_path, instance):
     lake.ensure_repository()
     resources = loop_resources(lake, tmp_path)
     logs = [
-        make_synthetic_log(n_frames=n, seed=seed, image_height=64, image_width=160)
+        make_synthetic_log(n_frames=n, seed=seed, **CAMERA_SIZE)
         for seed, n in ((31, 12), (32, 9), (33, 7))
     ]
     (partition,) = ingest_and_mine(instance, resources, "qc", logs, groups=("ingest",))

@@ -7,6 +7,7 @@ import dagster as dg
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
+from aiinfra_pipelines_tests.camera import CAMERA_SIZE
 from aiinfra_pipelines_tests.loop.helpers import (
     all_assets_and_checks,
     ingest_and_mine,
@@ -18,7 +19,7 @@ def test_publish_step_alone_after_its_log_was_mined_is_a_no_op(tmp_path, instanc
     lake = LocalLake(root=str(tmp_path / "lake"))
     lake.ensure_repository()
     resources = loop_resources(lake, tmp_path)
-    log = make_synthetic_log(n_frames=8, seed=5, image_height=64, image_width=160)
+    log = make_synthetic_log(n_frames=8, seed=5, **CAMERA_SIZE)
     (partition,) = ingest_and_mine(instance, resources, "alone", [log])
     main_before = lake.resolve_ref(MAIN_BRANCH)
 

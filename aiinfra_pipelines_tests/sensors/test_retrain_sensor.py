@@ -19,6 +19,7 @@ from aiinfra_pipelines.sensors.retrain_sensor import (
     retraining_sensor,
 )
 from aiinfra_pipelines.training.resources import MlflowTracking
+from aiinfra_pipelines_tests.camera import CAMERA_SIZE
 from aiinfra_pipelines_tests.loop.helpers import (
     all_assets_and_checks,
     ingest_and_mine,
@@ -66,10 +67,7 @@ def mined(module_env, mined_instance):
     lake = LocalLake(root=str(module_env / "lake"))
     lake.ensure_repository()
     resources = loop_resources(lake, module_env)
-    logs = [
-        make_synthetic_log(n_frames=12, seed=seed, image_height=64, image_width=160)
-        for seed in (1, 2, 3)
-    ]
+    logs = [make_synthetic_log(n_frames=12, seed=seed, **CAMERA_SIZE) for seed in (1, 2, 3)]
     ingest_and_mine(mined_instance, resources, "retrain", logs)
     return lake, resources
 
@@ -158,7 +156,7 @@ def test_waits_for_a_benchmark_before_training_a_first_candidate(low_threshold, 
     lake.ensure_repository()
     resources = loop_resources(lake, tmp_path)
     one_per_slice = [
-        make_synthetic_log(n_frames=12, seed=seed, image_height=64, image_width=160, road_type=road)
+        make_synthetic_log(n_frames=12, seed=seed, **CAMERA_SIZE, road_type=road)
         for seed, road in ((11, "highway"), (12, "merge"))
     ]
     (tmp_path / "home").mkdir()
@@ -171,7 +169,7 @@ def test_waits_for_a_benchmark_before_training_a_first_candidate(low_threshold, 
         assert "none of the 2 slice(s)" in waiting.skip_message
 
         second_highway = make_synthetic_log(
-            n_frames=12, seed=13, image_height=64, image_width=160, road_type="highway"
+            n_frames=12, seed=13, **CAMERA_SIZE, road_type="highway"
         )
         ingest_and_mine(instance, resources, "repeat", [second_highway])
         (request,) = _tick(instance, lake).run_requests
@@ -184,10 +182,7 @@ def test_waits_until_every_published_batch_is_mined(low_threshold, tmp_path):
     lake = LocalLake(root=str(tmp_path / "lake"))
     lake.ensure_repository()
     resources = loop_resources(lake, tmp_path)
-    logs = [
-        make_synthetic_log(n_frames=12, seed=seed, image_height=64, image_width=160)
-        for seed in (21, 22, 23)
-    ]
+    logs = [make_synthetic_log(n_frames=12, seed=seed, **CAMERA_SIZE) for seed in (21, 22, 23)]
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
         partitions = ingest_and_mine(instance, resources, "mined", logs[:2])

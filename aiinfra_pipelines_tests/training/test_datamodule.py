@@ -98,7 +98,7 @@ def _with_nan_vehicle(frames: pd.DataFrame, row: int = 2) -> pd.DataFrame:
 def _resized(frames: pd.DataFrame, row: int = 1) -> pd.DataFrame:
     broken = frames.copy()
     broken.at[row, "image_height"] = 32
-    broken.at[row, "image"] = bytes(32 * 160 * 3)
+    broken.at[row, "image"] = bytes(32 * int(frames.at[row, "image_width"]) * 3)
     return broken
 
 
@@ -106,7 +106,7 @@ def _resized(frames: pd.DataFrame, row: int = 1) -> pd.DataFrame:
     ("damage", "message"),
     [
         (lambda f: f.iloc[0:0], "empty"),
-        (_resized, "mismatched image sizes.*64x160.*32x160"),
+        (_resized, "mismatched image sizes.*128x320.*32x320"),
         (_with_nan_vehicle, "NaN.*ground truth"),
         (
             lambda f: f.assign(
