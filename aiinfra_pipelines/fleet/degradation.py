@@ -68,17 +68,16 @@ def headlight_gain(camera: EgoCamera, p: Mapping[str, Any]) -> np.ndarray:
     """Per-pixel light gain at night (H x W): ``light_gain``, more where ego's beams reach.
 
     A car at night is not in the dark: its low beams light a cone of road ahead, and a night
-    camera sees the car in front by them. The cone (``headlights``: half angle, range) gets
-    ``beam_gain`` at ego, falling off with the square of the distance to ``light_gain`` at the
-    beams' range. A rear camera's pixels lie behind ego, outside the cone.
+    camera sees the car in front by them. The cone (``beam_half_angle_deg``, ``beam_range_m``)
+    gets ``beam_gain`` at ego, falling off with the square of the distance to ``light_gain`` at
+    the beams' range. A rear camera's pixels lie behind ego, outside the cone.
     """
-    beams = p.get("headlights") or {}
     key = (
         camera,
         float(p["light_gain"]),
-        float(beams.get("beam_gain", p["light_gain"])),
-        float(beams.get("range_m", 0.0)),
-        float(beams.get("half_angle_deg", 0.0)),
+        float(p.get("beam_gain", p["light_gain"])),
+        float(p.get("beam_range_m", 0.0)),
+        float(p.get("beam_half_angle_deg", 0.0)),
     )
     return _headlight_gain(*key)
 

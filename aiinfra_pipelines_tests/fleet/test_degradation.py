@@ -96,10 +96,10 @@ def test_ego_headlights_light_the_road_ahead_at_night_and_nothing_behind() -> No
         v = int(front.ego_v_px - left_m * front.scaling_px_per_m)
         return v, u
 
-    beam_range = float(night["headlights"]["range_m"])
+    beam_range = float(night["beam_range_m"])
     near, far = pixel(10.0, 0.0), pixel(0.8 * beam_range, 0.0)
     assert lit[near] > lit[far] > dark[far] + 10  # lit, and fading with distance
-    assert lit[near] == pytest.approx(200 * float(night["headlights"]["beam_gain"]), abs=40)
+    assert lit[near] == pytest.approx(200 * float(night["beam_gain"]), abs=40)
     for outside in (pixel(-10.0, 0.0), pixel(5.0, 15.0), pixel(beam_range + 10.0, 0.0)):
         assert lit[outside] == pytest.approx(dark[outside], abs=1e-6)  # same noise stream
     rear = EgoCamera.from_config(camera_cfg["rear"], front.scaling_px_per_m, yaw_deg=180.0)

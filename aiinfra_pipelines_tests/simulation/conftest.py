@@ -72,6 +72,9 @@ def write_test_resources(root: Path, workers: int = 1) -> Path:
     settings["episode"]["default_duration_s"] = 3
     settings["regression_scenarios"]["duration_s"] = 3
     settings["regression_scenarios"]["failure_hazard"]["min_after_s"] = 1.0
+    # These tests follow mined logs into scenarios on tiny fleets that only model zero has
+    # mined; production skips model zero's badcases (tested in test_library.py).
+    settings["regression_scenarios"]["exclude_badcases_mined_by"] = []
     (target / "simulation.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     return target
 

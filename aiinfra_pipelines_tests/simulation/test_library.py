@@ -3,6 +3,7 @@ scenario, stable shard assignment, and first-failed / first-fixed records."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import pandas as pd
@@ -21,6 +22,7 @@ from aiinfra_pipelines.simulation.library import (
     shard_of,
 )
 from aiinfra_pipelines.simulation.scenarios import build_scenario
+from aiinfra_pipelines.simulation.settings import simulation_config
 
 from .helpers import LogSpec, fleet_tables
 
@@ -232,3 +234,27 @@ GATES = {
     "budgets": {"at_fault_rate": 0.0, "slice_at_fault_rate": 0.0},
     "min_slice_scenarios": 1,
 }
+
+
+def test_model_zero_badcases_make_no_scenario_but_its_fleet_failures_do():
+    """Before the first release every frame is a badcase of the untrained engine: those logs
+    make no scenario; a near collision still does, and a released engine's badcases do."""
+    index, badcases = tables(
+        [
+            LogSpec("a"),
+            LogSpec("b", near_collision_frame=3),
+            LogSpec("c", weather="rain"),
+        ]
+    )
+    badcases = badcases.assign(
+        engine_version=badcases["log_id"].map({"a": "bootstrap-0", "b": "bootstrap-0", "c": "3"})
+    )
+    ids = [s.id for s in fleet_regression_scenarios(badcases, index)]
+    assert ids == ["log-b", "log-c"]
+    every_engine = copy.deepcopy(simulation_config())
+    every_engine["regression_scenarios"]["exclude_badcases_mined_by"] = []
+    assert [s.id for s in fleet_regression_scenarios(badcases, index, every_engine)] == [
+        "log-a",
+        "log-b",
+        "log-c",
+    ]

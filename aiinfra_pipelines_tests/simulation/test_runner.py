@@ -19,7 +19,11 @@ def scenario(scenario_id: str, **fields):
     return build_scenario({**base, **fields}, scenario_id=scenario_id, kind="base", family="t")
 
 
-HEAVY = {"fog": {"density": 0.97, "blur_kernel_px": 5}, "night": {"noise_sigma": 40.0}}
+# Dense fog at night with the low beams gone too (their cone would light a brightness engine).
+HEAVY = {
+    "fog": {"density": 0.97, "blur_kernel_px": 5},
+    "night": {"noise_sigma": 40.0, "beam_gain": 0.4},
+}
 
 
 @pytest.fixture(scope="module")
