@@ -73,7 +73,14 @@ def _resources_for_the_test(folder: Path) -> Path:
         {"name": "full", "percent": 100, "min_candidate_frames": 0, "min_candidate_vehicles": 0},
     ]
     gates["release"]["rollout"]["min_control_frames"] = 60
-    demo["overlays"]["training.yaml"] = {"max_epochs": EPOCHS}  # mechanics, not accuracy
+    # Mechanics, not accuracy: a few epochs. One view at inference: a four-epoch network on
+    # 261 frames sits near the decision boundary everywhere, and its mirror-averaged graph
+    # (two passes, so two nodes per layer) cannot get INT8 within the parity budgets with
+    # max_fp32_nodes fallbacks; the demo's trained candidate quantizes (docs/training.md).
+    demo["overlays"]["training.yaml"] = {
+        "max_epochs": EPOCHS,
+        "model": {"mirror_average": False},
+    }
     (folder / "demo.yaml").write_text(yaml.safe_dump(demo, sort_keys=False))
     return folder
 

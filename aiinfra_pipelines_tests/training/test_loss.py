@@ -67,9 +67,12 @@ def test_weighted_loss_reduces_to_plain_bce_and_pos_weight_punishes_missed_cars(
 
 def test_unpooled_network_keeps_the_whole_feature_map_and_the_contract_shapes() -> None:
     spec = perception_spec()
-    rows, columns = feature_map_size(spec)
-    assert (rows, columns) == (4, 10)  # 64 x 160 camera, four stride-2 stages
-    net = PerceptionNet(spec, width=16, hidden=32, pool=None).eval()
+    model = load_training_config()["model"]
+    stages, stem = int(model["stages"]), int(model["stem_stride"])
+    rows, columns = feature_map_size(spec, stages)
+    assert (rows, columns) == (4, 10)  # the camera downsampled 2**stages times
+    net = PerceptionNet(spec, width=16, hidden=32, pool=None, stages=stages, stem_stride=stem)
+    net = net.eval()
     assert net.trunk[1].in_features == 32 * rows * columns
     occupancy, gap = net(torch.rand(2, 3, spec.image_height, spec.image_width))
     assert occupancy.shape == (2, 3, spec.bins) and gap.shape == (2, 1)
