@@ -330,6 +330,34 @@ def evaluate_gate(
     )
 
 
+def needs_confirmation(
+    comparison: ScenarioComparison,
+    gates: Mapping[str, Any] | None = None,
+    *,
+    first_release: bool = False,
+) -> bool:
+    """Whether this scenario's verdict would fail the gate on its own: a new failure, a
+    regressed fix or (against production) a pass-rate drop beyond tolerance.
+
+    Such a scenario runs more seeds before the gate judges it (simulation.yaml
+    ``episode.confirm_seeds``): with three seeds a scenario the candidate passes four times in
+    five still fails one time in ten, and a library of dozens of fixed scenarios would refuse a
+    good candidate almost every cycle. The extra seeds run for every planner, so the verdict —
+    and the comparison with production — is over the pooled seeds.
+    """
+    section = gate_section(gates)
+    cand, prod = comparison.candidate_verdict, comparison.production_verdict
+    keep_fixes = bool(section.get("previously_fixed_must_pass", True))
+    if not cand.passed and comparison.first_fixed_by and keep_fixes:
+        return True
+    if first_release:
+        return False
+    if comparison.status == STATUS_NEW_FAILURE and bool(section.get("no_new_failures", True)):
+        return True
+    max_drop = float(section["pass_rate"]["max_drop"])
+    return cand.pass_rate < prod.pass_rate - max_drop - _EPS
+
+
 def _regressed_fixes(
     comparisons: Sequence[ScenarioComparison], section: Mapping[str, Any]
 ) -> list[str]:
@@ -449,7 +477,9 @@ def _rates(comparisons: Sequence[ScenarioComparison]) -> dict[str, Any]:
             round(sum(r.pass_rate for r in results) / n, 6) if n else 0.0
         )
     rates["episodes"] = rates[f"{ROLE_CANDIDATE}_episodes"] or 0
-    rates["seeds_per_scenario"] = max(
-        (c.candidate_verdict.episodes for c in comparisons), default=0
-    )
+    # Every scenario runs the configured seeds; those whose failing verdict was confirmed ran
+    # more (simulation.yaml episode.confirm_seeds).
+    seeds = [c.candidate_verdict.episodes for c in comparisons]
+    rates["seeds_per_scenario"] = min(seeds, default=0)
+    rates["confirmed_scenarios"] = sum(count > rates["seeds_per_scenario"] for count in seeds)
     return rates

@@ -22,10 +22,18 @@ from typing import Any
 from aiinfra_pipelines.fleet.settings import FleetConfig
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.perception.deployed import BOOTSTRAP_VERSION
 
 from .candidate import load_candidate, load_model_zero, load_production
-from .gate import GateResult, ScenarioComparison, ScenarioResult
-from .library import LIBRARY_KEY, scenarios_of_shard
+from .gate import (
+    GateResult,
+    ScenarioComparison,
+    ScenarioResult,
+    compare_outcomes,
+    gate_section,
+    needs_confirmation,
+)
+from .library import LIBRARY_KEY, records_by_id, scenarios_of_shard
 from .results import cached_metrics, outcome_record, result_key, shard_result_key
 from .runner import (
     ROLE_CANDIDATE,
@@ -39,7 +47,13 @@ from .runner import (
     simulate,
 )
 from .scenarios import Scenario, scenario_seeds
-from .settings import seeds_per_scenario, shard_count, simulation_config, simulator_fingerprint
+from .settings import (
+    confirm_seeds,
+    seeds_per_scenario,
+    shard_count,
+    simulation_config,
+    simulator_fingerprint,
+)
 
 REPORT_FORMAT = 2
 # The shard fields that must agree before shards may be aggregated into one report.
@@ -116,11 +130,15 @@ def run_shard(
     config: dict[str, Any] | None = None,
     fleet: FleetConfig | None = None,
     workers: int | None = None,
+    gates: Mapping[str, Any] | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> ShardRun:
     """Simulate candidate, production, oracle and model zero on every scenario of ``shard_key``
-    (one of ``shards`` shards, default simulation.yaml's count), each over its seeds."""
+    (one of ``shards`` shards, default simulation.yaml's count), each over its seeds; a scenario
+    whose verdict would fail the gate (``gates``, default gates.yaml) runs ``confirm_seeds``
+    more seeds for every planner first."""
     cfg = simulation_config(config)
+    gates = gate_section(gates)
     shards = shards or shard_count(cfg)
     library = read_library(lake)
     candidate = load_candidate(lake, model_version)
@@ -136,46 +154,45 @@ def run_shard(
         ROLE_MODEL_ZERO: model_zero,
     }
     identities = {role: engine_identity(source) for role, source in engines.items()}
-
-    # (engine identity, scenario id, seed) -> metrics; each key simulated or read at most once
-    metrics: dict[tuple[str, str, int], dict[str, Any]] = {}
-    cached: set[tuple[str, str, int]] = set()
-    jobs: list[SimulationJob] = []
-    job_keys: list[tuple[str, str, int]] = []
-    pending: set[tuple[str, str, int]] = set()
+    episodes = _EpisodeStore(lake, identities, fingerprint)
+    seed_lists = {scenario.id: scenario_seeds(scenario, seeds) for scenario in scenarios}
     for scenario in scenarios:
-        for seed in scenario_seeds(scenario, seeds):
-            for role in ROLES:
-                identity = identities[role]
-                key = (identity, scenario.id, seed)
-                if key in metrics or key in pending:
-                    continue  # the same engine in two roles: simulate once
-                hit = cached_metrics(lake, MAIN_BRANCH, identity, scenario, seed, fingerprint)
-                if hit is not None:
-                    metrics[key] = hit
-                    cached.add(key)
-                else:
-                    jobs.append(SimulationJob(role, scenario.to_dict(), seed))
-                    job_keys.append(key)
-                    pending.add(key)
+        episodes.schedule(scenario, seed_lists[scenario.id])
     if on_progress is not None:
         on_progress(
             f"{shard_key}: {len(scenarios)} scenario(s) x {seeds} seed(s), "
-            f"{len(set(identities.values()))} distinct planner(s); {len(jobs)} episode(s) to "
-            f"simulate, {len(cached)} reused from the cache"
+            f"{len(set(identities.values()))} distinct planner(s); {len(episodes.jobs)} "
+            f"episode(s) to simulate, {len(episodes.cached)} reused from the cache"
         )
-    results = simulate(jobs, engines, workers=workers, sim_config=cfg, fleet=fleet)
-    by_id = {scenario.id: scenario for scenario in scenarios}
-    cache_objects = {}
-    for (identity, scenario_id, seed), job, result in zip(job_keys, jobs, results, strict=True):
-        metrics[(identity, scenario_id, seed)] = result
-        scenario = by_id[scenario_id]
-        source = engines[job.role]
-        name = "ground truth" if source is None else source.name
-        record = outcome_record(name, identity, scenario, seed, fingerprint, result)
-        cache_objects[result_key(identity, scenario, seed)] = _json(record)
+    episodes.run(engines, workers=workers, sim_config=cfg, fleet=fleet)
+
+    # Verdicts that would fail the gate are confirmed on more seeds before the gate sees them.
+    extra = confirm_seeds(cfg)
+    confirmed = []
+    if extra:
+        rows = [
+            _shard_row(scenario, seed_lists[scenario.id], identities, episodes.metrics, set())
+            for scenario in scenarios
+        ]
+        first_release = production.name == BOOTSTRAP_VERSION
+        comparisons = compare_outcomes(rows, records_by_id(library), gates)
+        confirmed = [
+            c.scenario_id
+            for c in comparisons
+            if needs_confirmation(c, gates, first_release=first_release)
+        ]
+        for scenario in scenarios:
+            if scenario.id in confirmed:
+                seed_lists[scenario.id] = scenario_seeds(scenario, seeds + extra)
+                episodes.schedule(scenario, seed_lists[scenario.id])
+        if confirmed and on_progress is not None:
+            on_progress(
+                f"{shard_key}: confirming {len(confirmed)} failing verdict(s) on {extra} more "
+                f"seed(s) each ({', '.join(confirmed)}); {len(episodes.jobs)} more episode(s)"
+            )
+        episodes.run(engines, workers=workers, sim_config=cfg, fleet=fleet)
     rows = [
-        _shard_row(scenario, scenario_seeds(scenario, seeds), identities, metrics, cached)
+        _shard_row(scenario, seed_lists[scenario.id], identities, episodes.metrics, episodes.cached)
         for scenario in scenarios
     ]
     record = {
@@ -192,11 +209,76 @@ def run_shard(
         "library_scenarios": len(library["scenarios"]),
         "simulator_fingerprint": fingerprint,
         "seeds_per_scenario": seeds,
-        "simulated_runs": len(jobs),
-        "reused_runs": len(cached),
+        "confirm_seeds": extra,
+        "confirmed_scenarios": confirmed,
+        "simulated_runs": episodes.simulated,
+        "reused_runs": len(episodes.cached),
         "scenarios": rows,
     }
-    return ShardRun(record=record, cache_objects=cache_objects)
+    return ShardRun(record=record, cache_objects=episodes.cache_objects)
+
+
+class _EpisodeStore:
+    """Every (engine identity, scenario, seed) episode of a shard, each simulated or read from
+    the cache at most once: the same engine in two roles (A/A, production == model zero) and
+    seeds scheduled twice (a confirmation re-using the first seeds) share one episode."""
+
+    def __init__(
+        self, lake: VersionedLake, identities: Mapping[str, str], fingerprint: str
+    ) -> None:
+        self.lake = lake
+        self.identities = identities
+        self.fingerprint = fingerprint
+        self.metrics: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self.cached: set[tuple[str, str, int]] = set()
+        self.cache_objects: dict[str, bytes] = {}
+        self.jobs: list[SimulationJob] = []
+        self.simulated = 0
+        self._keys: list[tuple[str, str, int]] = []
+        self._scenarios: dict[str, Scenario] = {}
+
+    def schedule(self, scenario: Scenario, seeds: Sequence[int]) -> None:
+        self._scenarios[scenario.id] = scenario
+        pending = set(self._keys)
+        for seed in seeds:
+            for role in ROLES:
+                identity = self.identities[role]
+                key = (identity, scenario.id, seed)
+                if key in self.metrics or key in pending:
+                    continue
+                hit = cached_metrics(
+                    self.lake, MAIN_BRANCH, identity, scenario, seed, self.fingerprint
+                )
+                if hit is not None:
+                    self.metrics[key] = hit
+                    self.cached.add(key)
+                else:
+                    self.jobs.append(SimulationJob(role, scenario.to_dict(), seed))
+                    self._keys.append(key)
+                    pending.add(key)
+
+    def run(
+        self,
+        engines: Mapping[str, EngineSource | None],
+        *,
+        workers: int | None,
+        sim_config: dict[str, Any],
+        fleet: FleetConfig | None,
+    ) -> None:
+        """Simulate what is scheduled; new outcomes become cache objects to publish."""
+        if not self.jobs:
+            return
+        results = simulate(self.jobs, engines, workers=workers, sim_config=sim_config, fleet=fleet)
+        for key, job, result in zip(self._keys, self.jobs, results, strict=True):
+            identity, scenario_id, seed = key
+            self.metrics[key] = result
+            scenario = self._scenarios[scenario_id]
+            source = engines[job.role]
+            name = "ground truth" if source is None else source.name
+            record = outcome_record(name, identity, scenario, seed, self.fingerprint, result)
+            self.cache_objects[result_key(identity, scenario, seed)] = _json(record)
+        self.simulated += len(self.jobs)
+        self.jobs, self._keys = [], []
 
 
 def _shard_row(
@@ -346,6 +428,7 @@ def comparison_rows(comparisons: Sequence[ScenarioComparison], rows: Sequence[Ma
             "road_type": c.road_type,
             "status": c.status,
             "first_fixed_by": c.first_fixed_by,
+            "seeds": c.candidate_verdict.episodes,
         }
         for role in ROLES:
             result = c.result(role)
@@ -359,6 +442,7 @@ def comparison_rows(comparisons: Sequence[ScenarioComparison], rows: Sequence[Ma
 HEADLINE_KEYS = (
     "scenarios",
     "seeds_per_scenario",
+    "confirmed_scenarios",
     "episodes",
     "candidate_at_fault",
     "production_at_fault",

@@ -52,6 +52,15 @@ def seeds_per_scenario(config: dict[str, Any] | None = None) -> int:
     return seeds
 
 
+def confirm_seeds(config: dict[str, Any] | None = None) -> int:
+    """Extra seeds a scenario runs before a failing verdict counts (``episode.confirm_seeds``;
+    0 judges on the first seeds alone)."""
+    extra = int(simulation_config(config)["episode"].get("confirm_seeds", 0))
+    if extra < 0:
+        raise ValueError(f"simulation.yaml episode.confirm_seeds must be >= 0, got {extra}")
+    return extra
+
+
 def metrics_config(config: dict[str, Any] | None = None) -> MetricsConfig:
     section = simulation_config(config)["metrics"]
     return MetricsConfig(

@@ -1,7 +1,8 @@
 """Simulation test fixtures: a shrunken copy of ``resources/`` and a small published lake state.
 
 The copy keeps every real configuration file but replaces the scenario families with three tiny
-ones (2–4 s episodes), runs two seeds per scenario and one worker in-process, so a whole
+ones (2–4 s episodes), runs two seeds per scenario (two more to confirm a failing verdict)
+and one worker in-process, so a whole
 regression cycle takes seconds.
 ``AIINFRA_RESOURCES`` points ``load_resource_yaml`` at it for the module that uses the fixture.
 """
@@ -69,6 +70,8 @@ def write_test_resources(root: Path, workers: int = 1) -> Path:
     settings["execution"]["workers"] = workers
     # Several seeds per scenario, as in production, but two: each seed is 3-4 more episodes.
     settings["episode"]["seeds_per_scenario"] = 2
+    # A failing verdict is confirmed on two more seeds (production: six).
+    settings["episode"]["confirm_seeds"] = 2
     settings["episode"]["default_duration_s"] = 3
     settings["regression_scenarios"]["duration_s"] = 3
     settings["regression_scenarios"]["failure_hazard"]["min_after_s"] = 1.0

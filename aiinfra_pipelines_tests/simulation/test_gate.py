@@ -13,8 +13,10 @@ from aiinfra_pipelines.simulation.gate import (
     STATUS_NEW_FAILURE,
     STATUS_PASS,
     STATUS_STILL_FAILING,
+    compare_outcomes,
     evaluate_gate,
     gate_section,
+    needs_confirmation,
     scenario_criteria,
     scenario_verdict,
 )
@@ -294,3 +296,55 @@ def test_first_release_still_keeps_fixed_scenarios_fixed_and_needs_its_limits():
     without = {key: value for key, value in GATES.items() if key != "first_release"}
     with pytest.raises(ValueError, match="first_release is missing"):
         evaluate_gate(rows, {}, without, first_release=True)
+
+
+def test_only_verdicts_that_would_fail_the_gate_are_confirmed_on_more_seeds():
+    clean, one_pass = seeds(m(), m(), m()), seeds(m(collision=True), m(), m(collision=True))
+    records = {"fixed": {"first_failed_by": "0", "first_fixed_by": "1"}}
+    rows = [
+        row("new", one_pass, clean),  # new failure
+        row("fixed", one_pass, one_pass),  # regressed fix, though production fails it too
+        row("both", one_pass, one_pass),  # still failing, nothing fixed: tolerated
+        row("fine", clean, clean),
+        row("drop", seeds(m(progress=1.0), m(progress=1.0), m(progress=1.0)), one_pass),
+    ]
+    strict = gates(pass_rate={"min_pass_rate": 0.66, "max_drop": 0.2})
+    comparisons = {c.scenario_id: c for c in compare_outcomes(rows, records, strict)}
+    assert {sid for sid, c in comparisons.items() if needs_confirmation(c, strict)} == {
+        "new",
+        "fixed",
+        "drop",
+    }
+    # Before the first release only fixes bind a scenario (production is model zero).
+    assert {
+        sid for sid, c in comparisons.items() if needs_confirmation(c, strict, first_release=True)
+    } == {"fixed"}
+    without_fixes = gates(previously_fixed_must_pass=False)
+    assert not needs_confirmation(
+        compare_outcomes([rows[1]], records, without_fixes)[0], without_fixes
+    )
+
+
+def test_a_confirmed_verdict_is_judged_on_the_pooled_seeds():
+    """An unlucky first three seeds (1/3) of a scenario passed 7 times in 9 is no regression;
+    a real one fails the pooled seeds as well."""
+    records = {"a": {"first_failed_by": "0", "first_fixed_by": "1"}}
+    unlucky = seeds(m(collision=True), m(), m(collision=True), *[m()] * 6)
+    regressed = seeds(m(collision=True), m(), m(collision=True), *[m(collision=True)] * 4, m(), m())
+    clean = seeds(*[m()] * 9)
+    budgets = {"at_fault_rate": 0.3, "slice_at_fault_rate": 0.3}
+    first_three = evaluate_gate([row("a", unlucky[:3], clean[:3])], records, gates(budgets=budgets))
+    assert not first_three.passed
+    pooled = evaluate_gate([row("a", unlucky, clean)], records, gates(budgets=budgets))
+    assert pooled.passed, pooled.failures
+    assert pooled.comparisons[0].candidate_verdict.describe() == "7/9 seeds pass"
+    refused = evaluate_gate([row("a", regressed, clean)], records, gates(budgets=budgets))
+    assert any(f.startswith("new failure a") for f in refused.failures)
+    # Scenarios run different seed counts once confirmed: the configured count is the least.
+    mixed = evaluate_gate(
+        [row("a", unlucky, clean), row("b", clean[:3], clean[:3])],
+        records,
+        gates(budgets=budgets),
+    )
+    assert mixed.aggregate["seeds_per_scenario"] == 3
+    assert mixed.aggregate["confirmed_scenarios"] == 1

@@ -297,12 +297,30 @@ def test_reckless_candidate_is_refused_for_new_failures(cycle, sensor_cycle):
     for row in new_failures:
         assert library[row["scenario_id"]]["first_failed_by"] == "2"
     assert all(entry["first_fixed_by"] != "2" for entry in library.values())
-    # Production (model zero's bytes), oracle and model zero outcomes were reused from the
-    # cache, not simulated again: only the new candidate drove.
-    shard = lake.get_json(MAIN_BRANCH, shard_result_key("shard-00"))
-    assert shard["simulated_runs"] == len(shard["scenarios"]) * shard["seeds_per_scenario"]
-    for role in ("production", "oracle", "model_zero"):
-        assert all(row["cached"][role] for row in shard["scenarios"])
+    # Every new failure was confirmed on more seeds before it counted, and still failed: a real
+    # regression fails the pooled seeds too.
+    shards = [lake.get_json(MAIN_BRANCH, shard_result_key(shard)) for shard in SHARDS]
+    confirmed = {scenario for shard in shards for scenario in shard["confirmed_scenarios"]}
+    assert {row["scenario_id"] for row in new_failures} <= confirmed
+    base, extra = shards[0]["seeds_per_scenario"], shards[0]["confirm_seeds"]
+    assert extra == 2  # the test resources' simulation.yaml
+    for row in report["scenarios"]:
+        assert row["seeds"] == base + (extra if row["scenario_id"] in confirmed else 0)
+        assert len(row["candidate"]["episodes"]) == len(row["production"]["episodes"])
+    # On the first seeds production (model zero's bytes), oracle and model zero outcomes were
+    # reused from the cache, not simulated again: only the new candidate drove them. The
+    # confirmation seeds are new for all three planners (production is model zero's engine).
+    for shard in shards:
+        confirmed_here = set(shard["confirmed_scenarios"])
+        assert shard["simulated_runs"] == (
+            len(shard["scenarios"]) * base + len(confirmed_here) * extra * 3
+        )
+        for role in ("production", "oracle", "model_zero"):
+            assert all(
+                row["cached"][role]
+                for row in shard["scenarios"]
+                if row["scenario_id"] not in confirmed_here
+            )
     assert lake.list_objects(MAIN_BRANCH, RESULTS_PREFIX)
 
 
@@ -359,7 +377,10 @@ def test_a_candidate_identical_to_production_is_certified_by_the_regression_repo
         assert record["candidate_engine_sha256"] == record["production_engine_sha256"]
         for row in record["scenarios"]:
             assert row["cached"]["oracle"] and row["cached"]["model_zero"], row["scenario_id"]
-        assert record["simulated_runs"] <= len(record["scenarios"]) * record["seeds_per_scenario"]
+        # (a scenario both fail after an earlier fix is confirmed: oracle and model zero drive
+        # its extra seeds too)
+        extra = len(record["confirmed_scenarios"]) * record["confirm_seeds"] * 2
+        assert record["simulated_runs"] <= sum(len(r["seeds"]) for r in record["scenarios"]) + extra
     [evaluation] = result.get_asset_check_evaluations()
     assert evaluation.passed is True
 
