@@ -88,6 +88,22 @@ def next_benchmark_manifest(
     return existing, manifest
 
 
+def logs_in_use(lake: VersionedLake) -> frozenset[str]:
+    """Logs the latest training dataset trained on or the benchmark holds out: retraining
+    cannot learn anything new from them."""
+    used: set[str] = set()
+    latest = read_json_if_exists(lake, TRAINING_LATEST)
+    if latest is not None:
+        rows = pd.read_parquet(
+            io.BytesIO(lake.get_object(latest["commit"], latest["rows_key"])), columns=["log_id"]
+        )
+        used |= set(rows["log_id"].astype(str))
+    benchmark = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    if benchmark is not None:
+        used |= {str(log_id) for log_id in benchmark_log_ids(benchmark)}
+    return frozenset(used)
+
+
 def benchmark_not_ready(lake: VersionedLake) -> str | None:
     """Why no candidate could be evaluated yet, or ``None`` when the benchmark has logs.
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
+from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.fleet.drive import drive_fleet_logs
 from aiinfra_pipelines.fleet.landing import LandedBatch, land_batch
 from aiinfra_pipelines.fleet.simulator import EpisodeDrive
@@ -71,14 +72,24 @@ class FleetAssignment:
         )
 
 
+def vehicle_engine_threads() -> int:
+    """onnxruntime threads of one car's engine (fleet.yaml ``drive_workers``)."""
+    return int(load_resource_yaml("fleet.yaml")["drive_workers"]["engine_intra_op_threads"])
+
+
 def fleet_assignment(lake: VersionedLake) -> FleetAssignment:
     """The engines the OTA repository assigns right now (read from ``main``)."""
     spec = perception_spec()
+    threads = vehicle_engine_threads()
     production = None
     if lake.object_exists(MAIN_BRANCH, PRODUCTION_POINTER_KEY):
         deployed = load_deployed_engine(lake, spec)
         production = OnnxRuntimeEngine(
-            deployed.onnx_bytes, spec, name=engine_name(deployed.version), batch_size=1
+            deployed.onnx_bytes,
+            spec,
+            name=engine_name(deployed.version),
+            batch_size=1,
+            intra_op_threads=threads,
         )
     rollout = read_current(lake)
     candidate = None
@@ -87,7 +98,11 @@ def fleet_assignment(lake: VersionedLake) -> FleetAssignment:
     if rollout is not None and rollout["status"] in (SHADOW, *CANDIDATE_STATUSES):
         onnx = lake.get_object(MAIN_BRANCH, rollout["engine_key"])
         candidate = OnnxRuntimeEngine(
-            onnx, spec, name=engine_name(str(rollout["model_version"])), batch_size=1
+            onnx,
+            spec,
+            name=engine_name(str(rollout["model_version"])),
+            batch_size=1,
+            intra_op_threads=threads,
         )
     return FleetAssignment(production=production, candidate=candidate, rollout=rollout)
 

@@ -15,7 +15,12 @@ import dagster as dg
 import pandas as pd
 
 from aiinfra_pipelines.config import load_resource_yaml
-from aiinfra_pipelines.datasets.selection import FRAME_KEY, benchmark_not_ready, unseen_badcases
+from aiinfra_pipelines.datasets.selection import (
+    FRAME_KEY,
+    benchmark_not_ready,
+    logs_in_use,
+    unseen_badcases,
+)
 from aiinfra_pipelines.ingest import definitions as ingest_layer
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.mining import definitions as mining_layer
@@ -59,9 +64,19 @@ def badcase_fingerprint(badcases: pd.DataFrame) -> str:
 
 
 def decide_retraining(
-    unseen: pd.DataFrame, drift: dict | None, settings: dict
+    unseen: pd.DataFrame,
+    drift: dict | None,
+    settings: dict,
+    logs_in_use: frozenset[str] = frozenset(),
 ) -> RetrainingDecision:
-    """Whether to retrain now, why, and under which run key (pure: the sensor's whole logic)."""
+    """Whether to retrain now, why, and under which run key (pure: the sensor's whole logic).
+
+    Drift retrains only when its recent window holds logs the latest dataset has not trained
+    on (nor the benchmark holds out, ``logs_in_use``): a model retrained on the very logs that
+    drifted from the last dataset's sample would learn nothing new — in the demo a window of
+    the newest logs, all in the dataset just trained, "drifted" from that dataset's random
+    sample and started a second, identical training cycle.
+    """
     threshold = int(settings["min_unseen_badcases"])
     if len(unseen) >= threshold:
         return RetrainingDecision(
@@ -70,6 +85,15 @@ def decide_retraining(
             f"retrain-badcases-{badcase_fingerprint(unseen)}",
         )
     if settings.get("on_drift") and drift and drift.get("drifted"):
+        recent = set((drift.get("identity") or {}).get("recent_logs") or [])
+        if recent and recent <= logs_in_use:
+            return RetrainingDecision(
+                False,
+                f"{len(unseen)} unseen accepted badcases, below {threshold}; input drift "
+                f"({', '.join(drift.get('signals', []))}) in {len(recent)} recent log(s) the "
+                "latest dataset already trains on or the benchmark holds out: nothing new to "
+                "retrain on",
+            )
         return RetrainingDecision(
             True,
             f"input drift detected ({', '.join(drift.get('signals', [])) or 'see drift_monitor'})",
@@ -86,8 +110,12 @@ def plan_retraining(lake: VersionedLake) -> RetrainingDecision:
     Enough badcases are not enough while the benchmark is empty: a candidate could not be
     evaluated, so the run would fail at ``offline_eval``; the sensor waits for more drives.
     """
+    drift = latest_drift_verdict(lake)
     decision = decide_retraining(
-        unseen_badcases(lake), latest_drift_verdict(lake), retraining_settings()
+        unseen_badcases(lake),
+        drift,
+        retraining_settings(),
+        logs_in_use(lake) if drift and drift.get("drifted") else frozenset(),
     )
     if decision.retrain:
         waiting = benchmark_not_ready(lake)

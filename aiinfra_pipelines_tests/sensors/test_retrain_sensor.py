@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from aiinfra_pipelines.config import resources_dir
-from aiinfra_pipelines.datasets.selection import unseen_badcases
+from aiinfra_pipelines.datasets.selection import logs_in_use, unseen_badcases
+from aiinfra_pipelines.ingest.views import scene_index_view
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.sensors.retrain_sensor import (
@@ -130,6 +131,23 @@ def test_decision_rules():
     assert not decide_retraining(empty, drift, {**settings, "on_drift": False}).retrain
 
 
+def test_drift_in_logs_already_trained_on_starts_no_training():
+    """Retraining on the very logs that drifted would learn nothing: drift needs new logs."""
+    settings = {"min_unseen_badcases": 3, "on_drift": True}
+    empty = pd.DataFrame(columns=["log_id", "frame_index"])
+    drift = {
+        "drifted": True,
+        "id": "abc",
+        "signals": ["sharpness"],
+        "identity": {"recent_logs": ["log-a", "log-b"]},
+    }
+    seen = decide_retraining(empty, drift, settings, frozenset({"log-a", "log-b", "log-c"}))
+    assert not seen.retrain
+    assert "nothing new to retrain on" in seen.reason and "sharpness" in seen.reason
+    fresh = decide_retraining(empty, drift, settings, frozenset({"log-a"}))
+    assert fresh.retrain and fresh.run_key == "retrain-drift-abc"
+
+
 def test_a_new_dataset_absorbs_the_badcases_and_the_sensor_goes_quiet(mined_instance, mined):
     """Runs last in this module: it consumes the unseen badcases the tests above rely on."""
     instance = mined_instance
@@ -144,6 +162,9 @@ def test_a_new_dataset_absorbs_the_badcases_and_the_sensor_goes_quiet(mined_inst
     assert result.success
     assert unseen_badcases(lake).empty
     assert isinstance(_tick(instance, lake), dg.SkipReason)
+    # Every published log is now trained on or held out: drift over them retrains nothing.
+    published = set(scene_index_view(lake)["log_id"].astype(str))
+    assert published and logs_in_use(lake) == published
 
 
 def test_waits_for_a_benchmark_before_training_a_first_candidate(low_threshold, tmp_path):
