@@ -117,12 +117,13 @@ def scenario_library(
     base = load_base_scenarios()
     badcases = read_asset_partitions(lake, "mined_badcases", MAIN_BRANCH)
     index = scene_index_view(lake)
-    regression = fleet_regression_scenarios(badcases, index)
     previous = (
         lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
         if lake.object_exists(MAIN_BRANCH, LIBRARY_KEY)
         else None
     )
+    in_library = frozenset(entry["id"] for entry in (previous or {}).get("scenarios", []))
+    regression = fleet_regression_scenarios(badcases, index, in_library=in_library)
     candidate = latest_candidate_version(lake)
     source_commit = lake.resolve_ref(MAIN_BRANCH)
     library, change = merge_library(

@@ -15,6 +15,7 @@ kept in ``source`` and never changes the scenario's version.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -43,6 +44,8 @@ def fleet_regression_scenarios(
     scene_index: pd.DataFrame,
     config: dict[str, Any] | None = None,
     fleet: FleetConfig | None = None,
+    *,
+    in_library: frozenset[str] = frozenset(),
 ) -> list[Scenario]:
     """One regression scenario per log with a badcase or a failure flag, sorted by id.
 
@@ -51,6 +54,13 @@ def fleet_regression_scenarios(
     log of the first fleet is its "badcase" — 191 of a demo cycle's 239 scenarios, seven
     minutes of simulation on 2 cores, each only the fleet's conditions under another seed.
     Badcases of a released engine, and fleet failures whoever drove, still become scenarios.
+
+    At most ``max_per_condition`` scenarios of one kind share a definition up to the seed
+    (the same road type, weather, lighting and replayed hazard): two such logs make the same
+    scenario under another seed, and every scenario already runs several seeds. Scenarios
+    already in the library (``in_library``) keep their place, so nothing is orphaned; new
+    ones fill what is left, fleet failures' logs with the most failure frames, then badcase
+    logs with the most badcase frames, first.
     """
     cfg = simulation_config(config)
     section = cfg["regression_scenarios"]
@@ -65,7 +75,7 @@ def fleet_regression_scenarios(
         set(badcases["log_id"].astype(str) if "log_id" in badcases.columns else [])
         | set(failures["log_id"].astype(str))
     )
-    scenarios = []
+    candidates: list[tuple[str, int, Scenario]] = []
     for log_id in log_ids:
         index_rows = _rows(scene_index, log_id)
         badcase_rows = _rows(badcases, log_id)
@@ -87,20 +97,57 @@ def fleet_regression_scenarios(
         if kind == KIND_FLEET_FAILURE and tags["road_type"] in cfg["scripted_event_road_types"]:
             fields["events"] = [_failure_hazard(section, failure_rows)]
         scenario_id = scenario_id_for_log(log_id)
-        scenarios.append(
-            build_scenario(
-                fields,
-                scenario_id=scenario_id,
-                kind=kind,
-                family=kind,
-                description=f"{kind.replace('_', ' ')} from drive log {log_id}",
-                source=_provenance(log_id, commit, badcase_rows, failure_rows, flags),
-                where=f"regression scenario {scenario_id}",
-                config=cfg,
-                fleet=fleet,
+        candidates.append(
+            (
+                scenario_id,
+                len(failure_rows) or len(badcase_rows),
+                build_scenario(
+                    fields,
+                    scenario_id=scenario_id,
+                    kind=kind,
+                    family=kind,
+                    description=f"{kind.replace('_', ' ')} from drive log {log_id}",
+                    source=_provenance(log_id, commit, badcase_rows, failure_rows, flags),
+                    where=f"regression scenario {scenario_id}",
+                    config=cfg,
+                    fleet=fleet,
+                ),
             )
         )
-    return scenarios
+    cap = section.get("max_per_condition")
+    return _capped(candidates, in_library, None if cap is None else int(cap))
+
+
+def _capped(
+    candidates: list[tuple[str, int, Scenario]], in_library: frozenset[str], cap: int | None
+) -> list[Scenario]:
+    """At most ``cap`` scenarios per (kind, definition up to the seed); library ones first."""
+    groups: dict[str, list[tuple[str, int, Scenario]]] = {}
+    for entry in candidates:
+        groups.setdefault(_condition(entry[2]), []).append(entry)
+    kept = []
+    for entries in groups.values():
+        entries.sort(key=lambda e: (e[0] not in in_library, -e[1], e[0]))
+        held = [e for e in entries if e[0] in in_library]
+        fresh = [e for e in entries if e[0] not in in_library]
+        room = len(fresh) if cap is None else max(cap - len(held), 0)
+        kept += [scenario for _, _, scenario in held + fresh[:room]]
+    return sorted(kept, key=lambda scenario: scenario.id)
+
+
+def _condition(scenario: Scenario) -> str:
+    """A scenario's definition without its id, seed and provenance: what two logs share."""
+    fields = {
+        k: v
+        for k, v in scenario.to_dict().items()
+        if k not in {"id", "seed", "source", "description", "version"}
+    }
+    # a hazard a second later is the same hazard
+    fields["events"] = [
+        {k: v for k, v in dict(event).items() if k != "at_s"}
+        for event in fields.get("events") or []
+    ]
+    return json.dumps(fields, sort_keys=True, default=str)
 
 
 def _failure_rows(index: pd.DataFrame, flags: list[str]) -> pd.DataFrame:

@@ -258,3 +258,26 @@ def test_model_zero_badcases_make_no_scenario_but_its_fleet_failures_do():
         "log-b",
         "log-c",
     ]
+
+
+def test_logs_sharing_a_definition_make_at_most_the_configured_number_of_scenarios():
+    """Five fog-night badcase logs are one scenario under five seeds: two are kept, those
+    with the most badcase frames; a library scenario keeps its place; other conditions and
+    kinds are not limited by them."""
+    specs = [LogSpec(f"fog-{i}", weather="fog", lighting="night") for i in range(5)]
+    specs += [LogSpec("clear", weather="clear"), LogSpec("fail", near_collision_frame=3)]
+    index, badcases = tables(specs)
+    # fog-3 and fog-1 have the most badcase frames
+    extra = badcases[badcases["log_id"].isin(["fog-3", "fog-1"])]
+    badcases = pd.concat([badcases, extra.assign(frame_index=extra["frame_index"] + 100)])
+    badcases = pd.concat([badcases, badcases[badcases["log_id"] == "fog-3"].assign(frame_index=7)])
+    config = copy.deepcopy(simulation_config())
+    config["regression_scenarios"]["max_per_condition"] = 2
+    ids = [s.id for s in fleet_regression_scenarios(badcases, index, config)]
+    assert ids == ["log-clear", "log-fail", "log-fog-1", "log-fog-3"]
+    # A library that already holds fog-0 keeps it; one slot is left for the best new log.
+    kept = fleet_regression_scenarios(badcases, index, config, in_library=frozenset({"log-fog-0"}))
+    assert [s.id for s in kept] == ["log-clear", "log-fail", "log-fog-0", "log-fog-3"]
+    # Without the cap every log is a scenario.
+    del config["regression_scenarios"]["max_per_condition"]
+    assert len(fleet_regression_scenarios(badcases, index, config)) == 7
