@@ -67,6 +67,7 @@ SHARD_IDENTITY = (
     "library_version",
     "simulator_fingerprint",
     "seeds_per_scenario",
+    "confirm_seeds",
 )
 # Metrics the report keeps per engine, scenario and seed (the gate needs the first nine).
 REPORT_METRICS = (
