@@ -348,3 +348,43 @@ def test_a_confirmed_verdict_is_judged_on_the_pooled_seeds():
     )
     assert mixed.aggregate["seeds_per_scenario"] == 3
     assert mixed.aggregate["confirmed_scenarios"] == 1
+
+
+def test_a_fix_the_oracle_cannot_hold_does_not_bind():
+    """An earlier version "fixed" a scenario the ground-truth planner fails on the same seeds:
+    a lucky draw, not a fix; it is reported, not gated. The pass-rate drop still applies."""
+    records = {"a": {"first_failed_by": "0", "first_fixed_by": "1"}}
+    failing = seeds(m(collision=True), m(), m(collision=True))  # 1/3
+    passing = seeds(m(), m(), m())
+    section = gates(fixes_bind_only_where_the_oracle_passes=True)
+    beyond_the_planner = [row("a", failing, copy.deepcopy(failing), oracle=failing)]
+    result = evaluate_gate(beyond_the_planner, records, section)
+    assert result.passed, result.failures
+    assert result.comparisons[0].status == "regressed_fix"  # still reported as such
+    # The oracle passes it: the fix is real and binds.
+    held = [row("a", failing, copy.deepcopy(failing), oracle=passing)]
+    assert evaluate_gate(held, records, section).failures[0].startswith("regressed fix a")
+    # Switched off, every fix binds, as before.
+    strict = gates(fixes_bind_only_where_the_oracle_passes=False)
+    assert not evaluate_gate(beyond_the_planner, records, strict).passed
+    # First release too.
+    first = {**section, "first_release": {"max_at_fault_rate": 1.0}}
+    assert evaluate_gate(beyond_the_planner, records, first, first_release=True).passed
+    # A candidate far below production still fails on the pass-rate drop.
+    zero = seeds(m(collision=True), m(collision=True), m(collision=True))
+    dropped = [row("a", zero, passing, oracle=failing)]
+    drop_gates = gates(
+        fixes_bind_only_where_the_oracle_passes=True,
+        budgets={"at_fault_rate": 1.0, "slice_at_fault_rate": 1.0},
+    )
+    refused = evaluate_gate(dropped, records, drop_gates)
+    assert any(f.startswith("new failure a") for f in refused.failures), refused.failures
+    almost = [row("a", zero, copy.deepcopy(failing), oracle=failing)]  # 0/3 vs 1/3: no drop
+    tight = gates(
+        fixes_bind_only_where_the_oracle_passes=True,
+        pass_rate={"min_pass_rate": 0.66, "max_drop": 0.2},
+        budgets={"at_fault_rate": 1.0, "slice_at_fault_rate": 1.0},
+    )
+    assert any(
+        f.startswith("pass rate drop a") for f in evaluate_gate(almost, records, tight).failures
+    )
