@@ -286,26 +286,7 @@ def evaluate_gate(
         failures.append("no scenarios were simulated: an empty library proves nothing")
     if first_release:
         return _first_release_gate(comparisons, section, failures)
-    no_new_failures = bool(section.get("no_new_failures", True))
-    max_drop = float(section["pass_rate"]["max_drop"])
-    for c in comparisons:
-        cand, prod = c.candidate_verdict, c.production_verdict
-        why = "; ".join(cand.failures)
-        if c.status == STATUS_NEW_FAILURE and no_new_failures:
-            failures.append(
-                f"new failure {c.scenario_id}: production passes ({prod.describe()}), "
-                f"candidate {cand.describe()}: {why}"
-            )
-        elif not cand.passed and binding_fix(c, section):
-            failures.append(
-                f"regressed fix {c.scenario_id}: fixed by model version {c.first_fixed_by}, "
-                f"candidate {cand.describe()}: {why}"
-            )
-        elif cand.pass_rate < prod.pass_rate - max_drop - _EPS:
-            failures.append(
-                f"pass rate drop {c.scenario_id}: candidate {cand.pass_rate:.2f} < production "
-                f"{prod.pass_rate:.2f} - tolerance {max_drop:.2f}: {why}"
-            )
+    failures += [f for c in comparisons if (f := scenario_failure(c, section)) is not None]
     budgets = section.get("budgets") or {}
     aggregate = _rates(comparisons)
     increase = _at_fault_rate_increase(aggregate)
@@ -368,28 +349,44 @@ def needs_confirmation(
     and the comparison with production — is over the pooled seeds.
     """
     section = gate_section(gates)
-    cand, prod = comparison.candidate_verdict, comparison.production_verdict
-    keep_fixes = bool(section.get("previously_fixed_must_pass", True))
-    # (the oracle's verdict is judged on the pooled seeds, after confirmation)
-    if not cand.passed and comparison.first_fixed_by and keep_fixes:
-        return True
+    # Every recorded fix counts here: whether the oracle passes the scenario is judged on the
+    # pooled seeds, after confirmation.
+    every_fix = {**section, "fixes_bind_only_where_the_oracle_passes": False}
+    return scenario_failure(comparison, every_fix, first_release=first_release) is not None
+
+
+def scenario_failure(
+    comparison: ScenarioComparison,
+    section: Mapping[str, Any],
+    *,
+    first_release: bool = False,
+) -> str | None:
+    """Why this scenario fails the gate on its own, or ``None``: a new failure, a binding
+    regressed fix, or a pass-rate drop beyond tolerance. Before the first release (production
+    is model zero) only a regressed fix counts."""
+    c = comparison
+    cand, prod = c.candidate_verdict, c.production_verdict
+    why = "; ".join(cand.failures)
+    new_failures_gated = bool(section.get("no_new_failures", True))
+    if not first_release and c.status == STATUS_NEW_FAILURE and new_failures_gated:
+        return (
+            f"new failure {c.scenario_id}: production passes ({prod.describe()}), "
+            f"candidate {cand.describe()}: {why}"
+        )
+    if not cand.passed and binding_fix(c, section):
+        return (
+            f"regressed fix {c.scenario_id}: fixed by model version {c.first_fixed_by}, "
+            f"candidate {cand.describe()}: {why}"
+        )
     if first_release:
-        return False
-    if comparison.status == STATUS_NEW_FAILURE and bool(section.get("no_new_failures", True)):
-        return True
+        return None
     max_drop = float(section["pass_rate"]["max_drop"])
-    return cand.pass_rate < prod.pass_rate - max_drop - _EPS
-
-
-def _regressed_fixes(
-    comparisons: Sequence[ScenarioComparison], section: Mapping[str, Any]
-) -> list[str]:
-    return [
-        f"regressed fix {c.scenario_id}: fixed by model version {c.first_fixed_by}, candidate "
-        f"{c.candidate_verdict.describe()}: " + "; ".join(c.candidate_verdict.failures)
-        for c in comparisons
-        if not c.candidate_verdict.passed and binding_fix(c, section)
-    ]
+    if cand.pass_rate < prod.pass_rate - max_drop - _EPS:
+        return (
+            f"pass rate drop {c.scenario_id}: candidate {cand.pass_rate:.2f} < production "
+            f"{prod.pass_rate:.2f} - tolerance {max_drop:.2f}: {why}"
+        )
+    return None
 
 
 def _first_release_gate(
@@ -402,7 +399,14 @@ def _first_release_gate(
             "gates.yaml simulation.first_release is missing: it sets the absolute limits for a "
             "candidate when no engine has been released yet"
         )
-    failures = [*failures, *_regressed_fixes(comparisons, section)]
+    failures = [
+        *failures,
+        *(
+            f
+            for c in comparisons
+            if (f := scenario_failure(c, section, first_release=True)) is not None
+        ),
+    ]
     aggregate = _rates(comparisons)
     cap = float(limits["max_at_fault_rate"])
     aggregate["first_release"] = True

@@ -235,17 +235,17 @@ class _EpisodeStore:
         self.cache_objects: dict[str, bytes] = {}
         self.jobs: list[SimulationJob] = []
         self.simulated = 0
-        self._keys: list[tuple[str, str, int]] = []
+        self._keys: list[tuple[str, str, int]] = []  # one per job, in job order
+        self._pending: set[tuple[str, str, int]] = set()
         self._scenarios: dict[str, Scenario] = {}
 
     def schedule(self, scenario: Scenario, seeds: Sequence[int]) -> None:
         self._scenarios[scenario.id] = scenario
-        pending = set(self._keys)
         for seed in seeds:
             for role in ROLES:
                 identity = self.identities[role]
                 key = (identity, scenario.id, seed)
-                if key in self.metrics or key in pending:
+                if key in self.metrics or key in self._pending:
                     continue
                 hit = cached_metrics(
                     self.lake, MAIN_BRANCH, identity, scenario, seed, self.fingerprint
@@ -256,7 +256,7 @@ class _EpisodeStore:
                 else:
                     self.jobs.append(SimulationJob(role, scenario.to_dict(), seed))
                     self._keys.append(key)
-                    pending.add(key)
+                    self._pending.add(key)
 
     def run(
         self,
@@ -279,7 +279,7 @@ class _EpisodeStore:
             record = outcome_record(name, identity, scenario, seed, self.fingerprint, result)
             self.cache_objects[result_key(identity, scenario, seed)] = _json(record)
         self.simulated += len(self.jobs)
-        self.jobs, self._keys = [], []
+        self.jobs, self._keys, self._pending = [], [], set()
 
 
 def _shard_row(
