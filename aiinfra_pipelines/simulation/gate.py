@@ -20,9 +20,10 @@ Pure functions over per-episode metrics, thresholds from ``gates.yaml`` ``simula
   model zero, which no car runs (its near-zero confidence makes the planner fall back on every
   frame — a car that only ever brakes to the lowest speed). Comparing against it would only ask
   "does the candidate drive as timidly as a car without perception". The first candidate is
-  held to absolute limits instead (``first_release``: the library's at-fault collision rate,
-  and per slice where configured); the per-scenario verdicts and production's numbers are still
-  reported, and fixed scenarios must stay fixed;
+  held to limits instead (``first_release``: the library's at-fault collision rate — an
+  absolute limit, or the oracle's rate on the same episodes plus a margin where the oracle
+  itself exceeds that limit — and per slice where configured); the per-scenario verdicts and
+  production's numbers are still reported, and fixed scenarios must stay fixed;
 * the oracle (ground-truth perception: the ceiling this planner reaches) and model zero (the
   floor) are judged and reported beside the two, never gated themselves; the oracle decides
   one thing: an earlier fix binds only where the oracle passes the scenario
@@ -408,13 +409,14 @@ def _first_release_gate(
         ),
     ]
     aggregate = _rates(comparisons)
-    cap = float(limits["max_at_fault_rate"])
+    cap, reason = first_release_at_fault_limit(limits, aggregate.get("oracle_at_fault_rate"))
     aggregate["first_release"] = True
     aggregate["at_fault_rate_budget"] = cap
+    aggregate["at_fault_rate_limit_from"] = reason
     if comparisons and aggregate["candidate_at_fault_rate"] > cap + _EPS:
         failures.append(
             f"first release: at-fault collision rate {aggregate['candidate_at_fault_rate']:.3f} "
-            f"exceeds the absolute limit {cap:.3f} (no production engine to compare with)"
+            f"exceeds the limit {cap:.3f} ({reason}; no production engine to compare with)"
         )
     slice_cap = limits.get("max_slice_at_fault_rate")
     return _judge_slices(
@@ -428,6 +430,30 @@ def _first_release_gate(
             f"first release: slice {s['slice']} at-fault collision rate "
             f"{s['candidate_at_fault_rate']:.3f} exceeds the limit {float(slice_cap):.3f}"
         ),
+    )
+
+
+def first_release_at_fault_limit(
+    limits: Mapping[str, Any], oracle_at_fault_rate: float | None
+) -> tuple[float, str]:
+    """The library-wide at-fault rate a first candidate may reach, and where it comes from.
+
+    ``max_at_fault_rate`` is the absolute limit. Where the oracle (ground-truth perception,
+    same scenarios and seeds) itself exceeds it, the library is harder than the limit for this
+    planner, and an absolute cap would judge the planner and the dice, not perception: the
+    limit is then the oracle's rate plus ``max_at_fault_rate_over_oracle`` — what perception
+    may add to the collisions perfect perception already has. Never below the absolute limit.
+    """
+    cap = float(limits["max_at_fault_rate"])
+    over_oracle = limits.get("max_at_fault_rate_over_oracle")
+    if over_oracle is None or oracle_at_fault_rate is None:
+        return cap, f"absolute limit {cap:.3f}"
+    relative = float(oracle_at_fault_rate) + float(over_oracle)
+    if relative <= cap:
+        return cap, f"absolute limit {cap:.3f}"
+    return relative, (
+        f"the oracle's rate {float(oracle_at_fault_rate):.3f} on the same episodes "
+        f"+ {float(over_oracle):.3f}"
     )
 
 

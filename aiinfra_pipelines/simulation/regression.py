@@ -611,7 +611,8 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         f"{aggregate['candidate_at_fault_rate']:.3f}, production "
         f"{aggregate['production_at_fault_rate']:.3f} ("
         + (
-            f"first release: absolute limit {aggregate['at_fault_rate_budget']:.3f}"
+            f"first release: limit {aggregate['at_fault_rate_budget']:.3f}, "
+            f"{aggregate.get('at_fault_rate_limit_from') or 'absolute'}"
             if aggregate.get("first_release")
             else f"budget +{aggregate['at_fault_rate_budget']:.3f}"
         )
