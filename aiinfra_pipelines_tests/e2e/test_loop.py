@@ -1,16 +1,23 @@
-"""The main job end to end: ``aiinfra demo``, two cycles, with its daemon killed mid-loop.
+"""The main job end to end, as shipped: ``aiinfra demo``, two cycles, production gates, with
+its daemon killed mid-loop — the loop's mechanics and its learning outcome in one run.
 
-Cycle 1: a tiny fleet lands one upload batch of logs and telemetry; the real
-``dagster-daemon`` ingests, mines, retrains, exports, quantizes, simulates, certifies, shadows,
-starts the canary and signs OTA metadata. While the training run is in flight the test kills
-the daemon (SIGKILL, a crash); the demo restarts it as a deployment would, and no work may be
-lost, no run launched twice.
-Cycle 2: the cars in the canary cohort drive with the new engine (their logs say so) and the
-rollout decides on their fresh telemetry. ``summary.json`` records both cycles. Slow (minutes
-on 2 cores) but run in CI.
+Cycle 1: the demo's fleet (``resources/demo.yaml``: 14 cars x 8 drives, >= 5,000 frames) lands
+one upload batch of logs and telemetry; the real ``dagster-daemon`` ingests, mines, retrains,
+exports, quantizes, simulates, certifies, shadows, starts the canary and signs OTA metadata.
+While the training run is in flight the test kills the daemon (SIGKILL, a crash); the demo
+restarts it as a deployment would, and no work may be lost, no run launched twice.
+Cycle 2: the cars in the canary cohort drive with the new engine (their logs say so), the
+rollout decides on their fresh telemetry, and a second candidate trains on cycle 1's mined
+badcases plus the new logs. ``summary.json`` records both cycles.
 
-This test is about the loop's mechanics on a fleet small enough for CI; whether the demo's own
-fleet learns by the production gates is what ``make demo`` and its ``summary.json`` show.
+The learning outcome, by the production gates (the demo's overlays size rollout cohorts and
+sensor intervals only — checked below): cycle 1's candidate reaches the accuracy targets and
+is certified; cycle 2's candidate is better on the slice cycle 1 was weakest on. Slow (about
+15 minutes on 2 cores) but run in CI: it replaced a smaller run on an eight-drive fleet whose
+gates had to be lifted, since a candidate trained on eight drives cannot pass them. (It was
+withdrawn once, when cycle 1 drew 13 at-fault episodes of 120 against an absolute cap of 0.10
+that the oracle itself exceeded; the first-release limit now follows the oracle where the
+oracle exceeds it: gates.yaml simulation.first_release.)
 """
 
 from __future__ import annotations
@@ -42,11 +49,13 @@ pytestmark = pytest.mark.slow
 
 RUN_KEY_TAG = "dagster/run_key"
 DECISIONS = {"stage_started", "rolled_back", "awaiting_approval", "healthy"}
-TIMEOUT_S = 1500
-# A fleet whose first cycle drives one slice twice: the benchmark holds out a log only from a
-# slice with a second one, and training waits for a benchmark (checked below, not assumed).
-VEHICLES, EPISODES, SEED = 4, 2, 5
-EPOCHS = 4
+DEMO = yaml.safe_load((resources_dir() / "demo.yaml").read_text())
+VEHICLES, EPISODES = int(DEMO["fleet"]["vehicles"]), int(DEMO["fleet"]["episodes"])
+SEED = int(DEMO["fleet"]["seed"])
+TIMEOUT_S = int(DEMO["timeout_s"])
+# The issue's targets for the first candidate on the frozen benchmark.
+MIN_ACCURACY, MIN_F1, MIN_SLICE_ACCURACY = 0.93, 0.88, 0.85
+MIN_FRAMES_PER_CYCLE = 5000
 
 
 def _first_cycle_repeats_a_slice() -> bool:
@@ -55,34 +64,14 @@ def _first_cycle_repeats_a_slice() -> bool:
     return len(set(slices)) < len(slices)
 
 
-def _resources_for_the_test(folder: Path) -> Path:
-    """The repository's configuration, with the first-release floors lifted for eight drives.
-
-    This test is about the loop's mechanics, not the quality of a model trained on eight drives:
-    any first candidate goes on to shadow and canary (the gates have their own tests), a few
-    epochs do, and half of four cars form the canary cohort.
-    """
-    shutil.copytree(resources_dir(), folder)
-    demo = yaml.safe_load((folder / "demo.yaml").read_text())
-    gates = demo["overlays"]["gates.yaml"]
-    gates["simulation"] = {"first_release": {"max_at_fault_rate": 1.0}}
-    gates["offline"] = {"first_release": None}  # the baselines are reported, not gated
-    gates["release"]["rollout"]["stages"] = [
-        {"name": "canary", "percent": 50, "min_candidate_frames": 60, "min_candidate_vehicles": 1},
-        {"name": "early", "percent": 75, "min_candidate_frames": 120, "min_candidate_vehicles": 1},
-        {"name": "full", "percent": 100, "min_candidate_frames": 0, "min_candidate_vehicles": 0},
-    ]
-    gates["release"]["rollout"]["min_control_frames"] = 60
-    # Mechanics, not accuracy: a few epochs. One view at inference: a four-epoch network on
-    # 261 frames sits near the decision boundary everywhere, and its mirror-averaged graph
-    # (two passes, so two nodes per layer) cannot get INT8 within the parity budgets with
-    # max_fp32_nodes fallbacks; the demo's trained candidate quantizes (docs/training.md).
-    demo["overlays"]["training.yaml"] = {
-        "max_epochs": EPOCHS,
-        "model": {"mirror_average": False},
-    }
-    (folder / "demo.yaml").write_text(yaml.safe_dump(demo, sort_keys=False))
-    return folder
+def _overlays_relax_no_gate() -> None:
+    """The demo's overlays touch only rollout cohort sizes and sensor intervals: offline,
+    simulation, deployment and release gates, the recipe and the triggers are production's."""
+    gates = DEMO["overlays"].get("gates.yaml") or {}
+    assert set(gates) <= {"release"}, gates
+    assert set(gates.get("release") or {}) <= {"rollout"}, gates
+    assert set(gates["release"]["rollout"]) <= {"stages"}, gates
+    assert {"training.yaml", "triggers.yaml", "mining.yaml"}.isdisjoint(DEMO["overlays"])
 
 
 def _kill_the_daemon_while_training(home: Path, demo: subprocess.Popen) -> int:
@@ -106,9 +95,10 @@ def _sensor_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
     return [r for r in instance.get_runs() if RUN_KEY_TAG in r.tags and r.parent_run_id is None]
 
 
-def test_two_cycles_of_the_demo_survive_a_daemon_crash(
+def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
+    _overlays_relax_no_gate()
     home = tmp_path / "dagster_home"
     home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(home))  # the instance's dagster.yaml refers to it
@@ -116,20 +106,15 @@ def test_two_cycles_of_the_demo_survive_a_daemon_crash(
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
-        "AIINFRA_RESOURCES": str(_resources_for_the_test(tmp_path / "resources")),
+        "AIINFRA_RESOURCES": str(resources_dir()),
         "SDL_VIDEODRIVER": "dummy",
         "COLUMNS": "200",
     }
     aiinfra = Path(sys.executable).with_name("aiinfra")
     assert _first_cycle_repeats_a_slice()  # else nothing could be held out to benchmark
-    command = [
-        str(aiinfra),
-        "demo",
-        *("--vehicles", str(VEHICLES), "--episodes", str(EPISODES), "--seed", str(SEED)),
-    ]
     with (tmp_path / "demo.out").open("w") as out:
         demo = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT
+            [str(aiinfra), "demo"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT
         )
         try:
             killed = _kill_the_daemon_while_training(home, demo)
@@ -212,3 +197,23 @@ def test_two_cycles_of_the_demo_survive_a_daemon_crash(
         assert any(text in last["reason"] for text in sample), last
     else:
         assert last["event"] in DECISIONS, last
+
+    # -- the loop learns, by the production gates ---------------------------------------------
+    assert first["frames_landed"] >= MIN_FRAMES_PER_CYCLE
+    assert second["frames_landed"] >= MIN_FRAMES_PER_CYCLE
+    bench = first["benchmark"]
+    assert bench["accuracy"] >= MIN_ACCURACY and bench["f1"] >= MIN_F1, bench
+    assert bench["worst_slice_accuracy"] >= MIN_SLICE_ACCURACY, bench
+    assert bench["accuracy"] > bench["baseline_accuracy"]
+    assert bench["lead_gap_mae_m"] < bench["baseline_lead_gap_mae_m"]
+    # certified above with the first-release floors and limits of gates.yaml, not relaxed ones
+    assert sim["candidate_at_fault"] <= sim["model_zero_at_fault"], sim
+    # Cycle 2 trained on cycle 1's mined badcases plus the new logs, and improved the slice
+    # cycle 1 was weakest on.
+    assert second["model_version"] == "2"
+    weakest = bench["worst_slice"]
+    assert second["benchmark"]["slices"][weakest] > bench["worst_slice_accuracy"], (
+        weakest,
+        second["benchmark"],
+    )
+    assert second["benchmark"]["accuracy"] >= bench["accuracy"] - 0.01, second["benchmark"]
