@@ -5,7 +5,9 @@ its rollout cohort, production or the previous-generation stack elsewhere) and u
 telemetry to an ingest branch, exactly as real cars would. From there nothing is called
 directly: the real ``dagster-daemon`` ingests, mines, retrains, exports, quantizes, simulates,
 certifies, shadows, rolls out and signs OTA metadata through sensors and automation. The demo
-only waits for the loop to go quiet and reports what each stage published.
+only waits for the loop to go quiet and reports what each stage published. The last cycle ends
+with a closing drive (``closing.py``) whose telemetry judges the canary of the release that
+cycle started rolling out.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from aiinfra_pipelines.config import dagster_home
 from aiinfra_pipelines.environment import build_lake, load_environment
 from aiinfra_pipelines.ingest.partitions import BatchRef
 
+from .closing import closing_drive
 from .daemon import DaemonProcess
 from .fleet_cycle import batch_name, drive_and_upload, fleet_assignment
 from .overlay import demo_settings, use_demo_resources
@@ -77,6 +80,7 @@ def run_demo(
     seed = int(fleet["seed"]) if seed is None else seed
     faulty_logs = int(fleet["faulty_logs"]) if faulty_logs is None else faulty_logs
     cycles = cycles or int(settings["cycles"])
+    closing_episodes = int((settings.get("closing_drive") or {}).get("episodes", 0))
     deadline = Deadline.after(timeout_s or int(settings["timeout_s"]))
     resources = use_demo_resources(dagster_home())
     console.print(f"demo configuration: {resources} (resources/ with resources/demo.yaml applied)")
@@ -128,20 +132,34 @@ def run_demo(
             wait_until_quiet(instance, lake, daemon, deadline, console, float(settings["settle_s"]))
             version = print_training_summary(instance, lake, window, console)
             print_release_summary(instance, lake, window, version, console)
-            cycle_s = time.monotonic() - cycle_started
-            summary.add(
-                cycle_record(
+            closing = None
+            if cycle == cycles and closing_episodes > 0:
+                closing = closing_drive(
                     instance,
                     lake,
-                    cycle=cycle,
-                    upload=upload,
-                    window=window,
-                    landed_at=landed_at,
-                    version=version,
-                    cycle_s=cycle_s,
-                ),
-                total_s=time.monotonic() - started,
+                    daemon,
+                    deadline,
+                    console,
+                    vehicles=vehicles,
+                    episodes=closing_episodes,
+                    seed=seed + cycles,
+                    batch_id=f"{batch_name(cycle, seed)}-closing",
+                    settle_s=float(settings["settle_s"]),
+                )
+            cycle_s = time.monotonic() - cycle_started
+            record = cycle_record(
+                instance,
+                lake,
+                cycle=cycle,
+                upload=upload,
+                window=window,
+                landed_at=landed_at,
+                version=version,
+                cycle_s=cycle_s,
             )
+            if closing is not None:
+                record["closing_drive"] = closing
+            summary.add(record, total_s=time.monotonic() - started)
             console.print(f"cycle {cycle} took {cycle_s:.0f}s")
     summary.write(total_s=time.monotonic() - started)
     console.print(Rule())

@@ -149,8 +149,18 @@ def drive_and_upload(
         uploads,
         {"vehicles": str(vehicles), "episodes": str(episodes), "seed": str(seed)},
     )
+    records = telemetry_records(drives, assignment, batch_id)
+    telemetry = land_telemetry(lake, batch_id, records, metadata={"seed": str(seed)})
+    candidate_drives = sum(assignment.cohort.get(d.vehicle.vin) == CANDIDATE for d in drives)
+    return FleetUpload(landed, telemetry, len(drives), candidate_drives, frames)
+
+
+def telemetry_records(
+    drives: list[EpisodeDrive], assignment: FleetAssignment, batch_id: str
+) -> list[dict]:
+    """One telemetry record per drive, tagged with the cohort the car drove in."""
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    records = [
+    return [
         record_from_episode(
             drive.metrics,
             vin=drive.vehicle.vin,
@@ -162,9 +172,46 @@ def drive_and_upload(
         )
         for drive in drives
     ]
+
+
+@dataclass(frozen=True)
+class TelemetryDrive:
+    telemetry: LandedTelemetry
+    drives: int
+    candidate_drives: int
+    frames_driven: int
+
+
+def drive_for_telemetry(
+    lake: VersionedLake,
+    assignment: FleetAssignment,
+    *,
+    vehicles: int,
+    episodes: int,
+    seed: int,
+    batch_id: str,
+    console: Console,
+) -> TelemetryDrive:
+    """Drive and land only telemetry: the small per-drive records a car sends at once, while
+    its logs wait in the car's outbox for a later upload window (the demo stops first)."""
+    drives: list[EpisodeDrive] = []
+    drive_fleet_logs(
+        vehicles=vehicles,
+        episodes=episodes,
+        seed=seed,
+        console=console,
+        engine_for_vehicle=assignment.engine_for,
+        on_episode=drives.append,
+        shadow_for_vehicle=assignment.shadow_for,
+    )
+    records = telemetry_records(drives, assignment, batch_id)
     telemetry = land_telemetry(lake, batch_id, records, metadata={"seed": str(seed)})
-    candidate_drives = sum(assignment.cohort.get(d.vehicle.vin) == CANDIDATE for d in drives)
-    return FleetUpload(landed, telemetry, len(drives), candidate_drives, frames)
+    return TelemetryDrive(
+        telemetry=telemetry,
+        drives=len(drives),
+        candidate_drives=sum(assignment.cohort.get(d.vehicle.vin) == CANDIDATE for d in drives),
+        frames_driven=sum(int(record["frames"]) for record in records),
+    )
 
 
 def batch_name(cycle: int, seed: int) -> str:

@@ -435,6 +435,7 @@ def _offline_report(offline_eval: dict[str, Any], version: str) -> dict[str, Any
         "failures": offline_eval.get("failures", []),
         "notes": offline_eval.get("notes", []),
         "has_production": offline_eval.get("has_production"),
+        "reference_version": offline_eval.get("reference_version"),
         "benchmark_version": offline_eval.get("benchmark_version"),
         "mlflow_run_id": offline_eval.get("mlflow_run_id"),
         "candidate": offline_eval.get("candidate", []),

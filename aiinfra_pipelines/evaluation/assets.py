@@ -165,6 +165,8 @@ def offline_eval(
         "failures": comparison.failures,
         "notes": comparison.notes,
         "has_production": comparison.has_production,
+        # The release it was judged against (None: a first release, held to the floors).
+        "reference_version": reference["version"] if reference else None,
         "benchmark_version": manifest["version"],
         "mlflow_run_id": trained_model["mlflow_run_id"],
         "candidate": candidate.to_dict(orient="records"),

@@ -31,6 +31,7 @@ from aiinfra_pipelines.training.resources import MlflowTracking
 from .assets_certification import certified_engine
 from .certificate import CertificateError, latest_candidate, manifest_key, verify_certificate
 from .keys import ReleaseKeys
+from .reference import gated_against
 from .registry import CANDIDATE_ALIAS, PRODUCTION_ALIAS, ModelRegistry
 from .rollout import (
     ACTIVE_STATUSES,
@@ -39,6 +40,7 @@ from .rollout import (
     PUBLISHED_TELEMETRY_PREFIX,
     ROLLED_BACK,
     SHADOW,
+    SUPERSEDED,
     Decision,
     RolloutSettings,
     active_rollout,
@@ -55,6 +57,7 @@ from .rollout import (
     roll_back,
     rollout_state_key,
     start_rollout,
+    supersede_rollout,
     telemetry_since,
     was_production,
 )
@@ -295,12 +298,14 @@ def reconcile_registry(registry: ModelRegistry, state: dict[str, Any]) -> dict[s
     if state["status"] == ROLLED_BACK:
         tags[f"{ROLLOUT_TAG_PREFIX}rollback_reason"] = str(last.get("reason", ""))[:4000]
         tags[f"{ROLLOUT_TAG_PREFIX}restored_production"] = str(state["previous_production"])
+    if state["status"] == SUPERSEDED:
+        tags[f"{ROLLOUT_TAG_PREFIX}superseded_by"] = str(state.get("superseded_by", ""))
     registry.set_tags(version, tags)
     if state["status"] == COMPLETED:
         registry.set_alias(PRODUCTION_ALIAS, version)
         if registry.get_alias(CANDIDATE_ALIAS) == version:
             registry.delete_alias(CANDIDATE_ALIAS)
-    elif state["status"] == ROLLED_BACK:
+    elif state["status"] in (ROLLED_BACK, SUPERSEDED):
         if registry.get_alias(CANDIDATE_ALIAS) == version:
             registry.delete_alias(CANDIDATE_ALIAS)
         if registry.get_alias(PRODUCTION_ALIAS) == version:
@@ -347,10 +352,11 @@ def _decide(
     telemetry_commit: str | None,
     at: str,
     run_id: str,
-) -> tuple[dict[str, Any], Decision]:
-    """The state machine step this materialization asks for (certificate already verified)."""
+) -> tuple[dict[str, Any], Decision, dict[str, Any] | None]:
+    """The state machine step this materialization asks for (certificate already verified),
+    plus the older rollout's new state when this step supersedes it."""
     if config.approved_by:
-        return approve_next_stage(
+        new, decision = approve_next_stage(
             state,
             settings,
             approver=config.approved_by,
@@ -358,24 +364,11 @@ def _decide(
             at=at,
             run_id=run_id,
         )
+        return new, decision, None
     if state["status"] == SHADOW:
-        pointer = (
-            lake.get_json(MAIN_BRANCH, PRODUCTION_POINTER_KEY)
-            if lake.object_exists(MAIN_BRANCH, PRODUCTION_POINTER_KEY)
-            else None
-        )
-        return start_rollout(
-            state,
-            settings,
-            telemetry_commit=telemetry_commit,
-            production=pointer,
-            production_engine_sha256=load_deployed_engine(lake).engine.sha256,
-            active_rollout=active_rollout(list_states(lake)),
-            at=at,
-            run_id=run_id,
-        )
+        return _start(lake, state, settings, telemetry_commit, at, run_id)
     records = telemetry_since(lake, state.get("stage_started_telemetry_commit"))
-    return evaluate_stage(
+    new, decision = evaluate_stage(
         state,
         settings,
         telemetry_commit=telemetry_commit,
@@ -383,6 +376,40 @@ def _decide(
         at=at,
         run_id=run_id,
     )
+    return new, decision, None
+
+
+def _start(
+    lake: VersionedLake,
+    state: dict[str, Any],
+    settings: RolloutSettings,
+    telemetry_commit: str | None,
+    at: str,
+    run_id: str,
+) -> tuple[dict[str, Any], Decision, dict[str, Any] | None]:
+    """Leave shadow; if the candidate takes over an active rollout, that rollout's state too."""
+    pointer = (
+        lake.get_json(MAIN_BRANCH, PRODUCTION_POINTER_KEY)
+        if lake.object_exists(MAIN_BRANCH, PRODUCTION_POINTER_KEY)
+        else None
+    )
+    active = active_rollout(list_states(lake))
+    new, decision = start_rollout(
+        state,
+        settings,
+        telemetry_commit=telemetry_commit,
+        production=pointer,
+        production_engine_sha256=load_deployed_engine(lake).engine.sha256,
+        active_rollout=active,
+        gated_against=gated_against(lake, state["model_version"]),
+        at=at,
+        run_id=run_id,
+    )
+    superseded = None
+    if decision.changed_state and new.get("supersedes"):
+        older = read_state(lake, str(new["supersedes"]))
+        superseded = supersede_rollout(older, by_version=new["model_version"], at=at, run_id=run_id)
+    return new, decision, superseded
 
 
 @dg.asset(
@@ -412,6 +439,7 @@ def rollout(
     registry = ModelRegistry(mlflow_tracking.uri())
     at, run_id = _now(), context.run.run_id
     telemetry_commit = latest_telemetry_commit(lake)
+    superseded = None
     if config.rollback_reason:
         new, decision = roll_back(state, reason=config.rollback_reason, at=at, run_id=run_id)
     else:
@@ -425,11 +453,15 @@ def rollout(
                 state, reason=f"certificate no longer verifies: {error}", at=at, run_id=run_id
             )
         else:
-            new, decision = _decide(lake, state, settings, config, telemetry_commit, at, run_id)
+            new, decision, superseded = _decide(
+                lake, state, settings, config, telemetry_commit, at, run_id
+            )
     commit = lake.resolve_ref(MAIN_BRANCH)
     if decision.changed_state:
         puts, deletes = _pointer_changes(lake, state, new, decision)
         puts[rollout_state_key(model_version)] = _json_bytes(new)
+        if superseded is not None:
+            puts[rollout_state_key(superseded["model_version"])] = _json_bytes(superseded)
         if new["status"] != SHADOW:
             puts[CURRENT_ROLLOUT_KEY] = _json_bytes({"model_version": model_version})
         commit = publish_changes(
@@ -449,6 +481,8 @@ def rollout(
             },
         )
     registry_tags = reconcile_registry(registry, new)
+    if superseded is not None:
+        reconcile_registry(registry, superseded)
     if decision.action == "rollback":
         context.log.warning(f"rolled back model version {model_version}: {decision.reason}")
     breaches = pd.DataFrame([b.as_dict() for b in decision.breaches])
@@ -465,6 +499,7 @@ def rollout(
             "breaches": _md(breaches),
             "approval": dg.MetadataValue.json(new.get("approval")),
             "previous_production": str(new.get("previous_production")),
+            "superseded": str(superseded["model_version"]) if superseded else "",
             "registry_tags": dg.MetadataValue.json(registry_tags),
             "main_commit": commit,
         }

@@ -16,10 +16,13 @@ from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
-from .certificate import manifest_key
+from .certificate import default_report_key, manifest_key
 from .rollout import ACTIVE_STATUSES, production_pointer, read_current
 
 ROLLOUT, PRODUCTION = "rollout", "production"
+# The gate reports that compare a candidate with its reference release (each records the
+# reference's version as ``reference_version``).
+REFERENCE_GATES = ("offline_eval", "regression_simulation")
 
 
 def reference_release(lake: VersionedLake, excluding: str | None = None) -> dict[str, Any] | None:
@@ -44,3 +47,19 @@ def reference_release(lake: VersionedLake, excluding: str | None = None) -> dict
     if lake.object_exists(MAIN_BRANCH, PRODUCTION_POINTER_KEY):
         return {**lake.get_json(MAIN_BRANCH, PRODUCTION_POINTER_KEY), "source": PRODUCTION}
     return None
+
+
+def gated_against(lake: VersionedLake, model_version: str, ref: str = MAIN_BRANCH) -> str | None:
+    """The release ``model_version``'s gates judged it against, when its offline and
+    simulation reports name the same one; ``None`` when a report is missing, predates the
+    field, or they disagree (the reference moved between the two gates)."""
+    versions: set[str] = set()
+    for gate in REFERENCE_GATES:
+        key = default_report_key(str(model_version), gate)
+        if not lake.object_exists(ref, key):
+            return None
+        version = lake.get_json(ref, key).get("reference_version")
+        if version is None:
+            return None
+        versions.add(str(version))
+    return versions.pop() if len(versions) == 1 else None

@@ -10,6 +10,7 @@ follows. Statuses::
                                    │                              │    needs a person)
                                    └──(breach / operator)──► rolled_back ◄──┘
     awaiting_approval ──(approval of the 100 % stage)──► completed ──(operator)──► rolled_back
+    in_progress / awaiting_approval ──(a newer release gated against it starts)──► superseded
 
 A stage is judged only on telemetry *published since it began* and only once the candidate
 cohort (vehicles running the candidate engine) and the control cohort (vehicles running
@@ -19,6 +20,13 @@ decision on the telemetry commit already decided is a no-op: the same telemetry 
 a rollout twice. Entering a stage at or above ``approval_required_from_percent`` (and always
 the 100 % stage) waits for a recorded approval; telemetry keeps being watched while it waits,
 so a breach still rolls back.
+
+One rollout widens at a time, with one exception: a newer candidate whose offline and
+simulation gates were judged *against the release rolling out* (that release was its
+reference, ``release.reference``) has shown itself at least as good as it, so it may take the
+fleet over instead of waiting for days of approvals: the older rollout is ``superseded`` (its
+cars return to production until the newer canary reaches them) and the newer one starts its
+first stage. A candidate gated against anything else still waits.
 
 Everything here is pure (dicts in, dicts out, ``at`` passed in) except the small lake readers
 at the bottom; the ``rollout`` asset applies the side effects (production pointer, registry).
@@ -51,8 +59,8 @@ PUBLISHED_TELEMETRY_PREFIX = "telemetry/records/"
 TELEMETRY_COMMIT_KIND = "telemetry"
 
 SHADOW, IN_PROGRESS, AWAITING_APPROVAL = "shadow", "in_progress", "awaiting_approval"
-COMPLETED, ROLLED_BACK = "completed", "rolled_back"
-STATUSES = (SHADOW, IN_PROGRESS, AWAITING_APPROVAL, COMPLETED, ROLLED_BACK)
+COMPLETED, ROLLED_BACK, SUPERSEDED = "completed", "rolled_back", "superseded"
+STATUSES = (SHADOW, IN_PROGRESS, AWAITING_APPROVAL, COMPLETED, ROLLED_BACK, SUPERSEDED)
 ACTIVE_STATUSES = (IN_PROGRESS, AWAITING_APPROVAL)
 SHADOW_STAGE = "shadow"
 
@@ -403,6 +411,19 @@ def _check_state(state: Mapping[str, Any]) -> None:
         raise RolloutError(f"rollout state has unknown status {state.get('status')!r}")
 
 
+def may_supersede(
+    model_version: str, active_rollout: str | None, gated_against: str | None
+) -> bool:
+    """Whether a candidate may take the fleet over from ``active_rollout``: it is newer and
+    its gates were judged against that very release (``gated_against``)."""
+    return (
+        active_rollout is not None
+        and gated_against is not None
+        and str(gated_against) == str(active_rollout)
+        and version_order(model_version) > version_order(active_rollout)
+    )
+
+
 def start_rollout(
     state: Mapping[str, Any],
     settings: RolloutSettings,
@@ -413,41 +434,86 @@ def start_rollout(
     active_rollout: str | None,
     at: str,
     run_id: str = "",
+    gated_against: str | None = None,
 ) -> tuple[dict[str, Any], Decision]:
     """Leave shadow for the first stage (or wait for approval if even that needs a person).
 
-    Refused (``none``) while another rollout is active: one candidate at a time widens on the
-    fleet. The production pointer is captured again here, since production may have changed
-    while the candidate sat in shadow. Telemetry published before this moment never counts
-    for the new stage.
+    Refused (``none``) while another rollout is active, unless this candidate was gated
+    against that rollout's release (:func:`may_supersede`): then it starts, and the caller
+    marks the older rollout with :func:`supersede_rollout` in the same published act. The
+    production pointer is captured again here, since production may have changed while the
+    candidate sat in shadow. Telemetry published before this moment never counts for the new
+    stage.
     """
     _check_state(state)
     if state["status"] != SHADOW:
         return dict(state), Decision("none", f"rollout is {state['status']}, not in shadow")
     if not (state.get("shadow") or {}).get("passed"):
         return dict(state), Decision("none", _shadow_reason(state.get("shadow") or {}))
-    if active_rollout and active_rollout != state["model_version"]:
+    version = str(state["model_version"])
+    superseding = may_supersede(version, active_rollout, gated_against)
+    if active_rollout and active_rollout != version and not superseding:
+        gated = f"gated against {gated_against}" if gated_against else "gates' reference unknown"
         return dict(state), Decision(
-            "none", f"rollout of model version {active_rollout} is active; waiting for it to end"
+            "none",
+            f"rollout of model version {active_rollout} is active; waiting for it to end "
+            f"({gated}, so it cannot supersede it)",
         )
     new = copy.deepcopy(dict(state))
     _set_previous_production(new, production, production_engine_sha256)
     new["last_telemetry_commit"] = telemetry_commit
     new["stage_started_telemetry_commit"] = telemetry_commit
+    new["supersedes"] = active_rollout if superseding else None
+    takeover = (
+        f"; supersedes the rollout of model version {active_rollout}, its gates' reference"
+        if superseding
+        else ""
+    )
     if settings.needs_approval(0):
         new["status"] = AWAITING_APPROVAL
         decision = Decision(
-            "await_approval", f"stage {settings.stages[0].name} needs approval", telemetry_commit
+            "await_approval",
+            f"stage {settings.stages[0].name} needs approval{takeover}",
+            telemetry_commit,
         )
         _record(new, "awaiting_approval", at, run_id, reason=decision.reason)
         return new, decision
     _enter_stage(new, settings, 0, telemetry_commit)
     stage = settings.stages[0]
     decision = Decision(
-        "start", f"shadow passed; {stage.name} cohort {stage.percent:g} %", telemetry_commit
+        "start",
+        f"shadow passed; {stage.name} cohort {stage.percent:g} %{takeover}",
+        telemetry_commit,
     )
     _record(new, "stage_started", at, run_id, reason=decision.reason)
     return new, decision
+
+
+def supersede_rollout(
+    state: Mapping[str, Any], *, by_version: str, at: str, run_id: str = ""
+) -> dict[str, Any]:
+    """The older rollout's state once ``by_version`` (gated against it) took the fleet over:
+    no cohort any more, history kept; never production, so nothing to restore."""
+    _check_state(state)
+    if state["status"] not in ACTIVE_STATUSES:
+        raise RolloutError(
+            f"rollout of model version {state['model_version']} is {state['status']}; only an "
+            "active rollout can be superseded"
+        )
+    new = copy.deepcopy(dict(state))
+    was = new["status"]
+    new["status"] = SUPERSEDED
+    new["cohort_percent"] = 0.0
+    new["superseded_by"] = str(by_version)
+    _record(
+        new,
+        "superseded",
+        at,
+        run_id,
+        reason=f"model version {by_version}, gated against this release, started its rollout",
+        superseded_from=was,
+    )
+    return new
 
 
 PRE_RELEASE_ENGINE_SHA = ""  # what telemetry reports for the stack that predates any engine

@@ -5,7 +5,9 @@ landed head, like the ingest sensor for logs). ``rollout_sensor`` closes the rel
 
 * a certified candidate (certificate on main) with no rollout state, newer than every
   candidate that has one, starts shadow: ``shadow_report``, run key ``shadow-<v>``;
-* a candidate whose shadow passed starts its first stage once no other rollout is active;
+* a candidate whose shadow passed starts its first stage once no other rollout is active, or
+  at once when its gates were judged against the active rollout's release (it supersedes it:
+  run key ``rollout-<v>-supersedes-<active>``);
 * the active rollout is re-judged when *fresh* telemetry was published (a telemetry commit on
   main it has not decided on): ``rollout``, run key ``rollout-<v>-<stage>-<telemetry commit>``;
 * nothing is requested for ``awaiting_approval`` beyond safety re-checks on fresh telemetry
@@ -36,11 +38,13 @@ from aiinfra_pipelines.operations.landing import discover_telemetry
 from aiinfra_pipelines.release.assets_ota import ota_release
 from aiinfra_pipelines.release.assets_rollout import rollout, shadow_report
 from aiinfra_pipelines.release.certificate import CANDIDATES_PREFIX
+from aiinfra_pipelines.release.reference import gated_against
 from aiinfra_pipelines.release.rollout import (
     SHADOW,
     active_rollout,
     latest_telemetry_commit,
     list_states,
+    may_supersede,
     version_order,
 )
 
@@ -115,6 +119,24 @@ def plan_release_requests(lake: VersionedLake) -> list[ReleaseRequest]:
         )
     telemetry = latest_telemetry_commit(lake)
     active = active_rollout(list(states.values()))
+    ready = [
+        state
+        for state in states.values()
+        if state["status"] == SHADOW and (state.get("shadow") or {}).get("passed")
+    ]
+    if active is not None and ready:
+        version = str(ready[-1]["model_version"])
+        if may_supersede(version, active, gated_against(lake, version)):
+            requests.append(
+                ReleaseRequest(
+                    "rollout",
+                    version,
+                    f"rollout-{version}-supersedes-{active}",
+                    f"shadow of model version {version} passed and its gates were judged "
+                    f"against rollout {active}: it takes the fleet over",
+                )
+            )
+            return requests
     if active is not None:
         state = states[active]
         if telemetry is not None and telemetry != state.get("last_telemetry_commit"):
@@ -127,11 +149,6 @@ def plan_release_requests(lake: VersionedLake) -> list[ReleaseRequest]:
                 )
             )
         return requests
-    ready = [
-        state
-        for state in states.values()
-        if state["status"] == SHADOW and (state.get("shadow") or {}).get("passed")
-    ]
     if ready:
         version = str(ready[-1]["model_version"])
         requests.append(

@@ -490,6 +490,9 @@ def build_report(
             "model_version": identity["production_version"],
             "engine_sha256": identity["production_engine_sha256"],
         },
+        # The release this candidate was gated against (release.reference; the bootstrap
+        # engine's name before any release): what a rollout may supersede.
+        "reference_version": identity["production_version"],
         "model_zero": {
             "model_version": identity.get("model_zero_version"),
             "engine_sha256": identity["model_zero_engine_sha256"],

@@ -93,6 +93,8 @@ def test_offline_eval_reports_every_slice_and_the_model_is_published(loop):
     first = loop["first"]
     evaluation = _materialized(first, "offline_eval")
     assert evaluation["passed"] is True
+    # No release yet: judged against nothing (the first-release floors), and it says so.
+    assert first.output_for_node("offline_eval")["reference_version"] is None
     comparison = evaluation["comparison"]
     assert "overall" in comparison and "night/*/*" in comparison
     assert _materialized(first, "published_model")["main_commit"]
@@ -139,6 +141,7 @@ def test_candidate_trained_without_night_is_refused_by_the_night_slice(loop, mon
     assert not check.passed
     failures = check.metadata["failures"].value
     assert any(failure.startswith("night/") for failure in failures), failures
+    assert second.output_for_node("offline_eval")["reference_version"] == "model-1"
     assert _materialized(second, "published_model") == {}
     # The regressed candidate's record never reaches main (its dataset version does).
     published = [

@@ -38,6 +38,7 @@ from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.release.certificate import certify_candidate, required_gates
 from aiinfra_pipelines.release.keys import ReleaseKeys
+from aiinfra_pipelines.release.reference import REFERENCE_GATES
 from aiinfra_pipelines.release.rollout import production_pointer
 from aiinfra_pipelines.training.resources import MlflowTracking
 
@@ -139,14 +140,24 @@ def publish_logs(lake: VersionedLake, logs: Sequence[DriveLog], batch: str = "te
 
 # --------------------------------------------------------------------------------- candidates
 def publish_candidate(
-    lake: VersionedLake, model_version: str, engine: bytes, keys: ReleaseKeys
+    lake: VersionedLake,
+    model_version: str,
+    engine: bytes,
+    keys: ReleaseKeys,
+    reference_version: str | None = None,
 ) -> dict[str, Any]:
-    """A published candidate with passing gate reports, certified and signed; its manifest."""
+    """A published candidate with passing gate reports, certified and signed; its manifest.
+
+    ``reference_version``: the release its gates judged it against (recorded by the reports
+    that compare with one, as offline_eval and regression_simulation do)."""
     base = f"candidates/{model_version}"
     objects = {f"{base}/fp32.onnx": engine, f"{base}/int8.onnx": engine}
     reports = {}
     for gate in required_gates():
-        data = as_bytes({"gate": gate, "model_version": model_version, "passed": True})
+        report = {"gate": gate, "model_version": model_version, "passed": True}
+        if reference_version is not None and gate in REFERENCE_GATES:
+            report["reference_version"] = reference_version
+        data = as_bytes(report)
         objects[f"{base}/reports/{gate}.json"] = data
         reports[gate] = {"key": f"{base}/reports/{gate}.json", "sha256": sha(data), "passed": True}
     entry = {"key": f"{base}/int8.onnx", "sha256": sha(engine), "bytes": len(engine)}

@@ -17,9 +17,9 @@ from aiinfra_pipelines.sensors.rollout_sensor import RELEASE_STEP_TAG, rollout_s
 from aiinfra_pipelines_tests.operations.lake_state import (
     build_release_world,
     cautious_engine_bytes,
+    constant_engine_bytes,
     fleet_vins,
     materialize_telemetry,
-    network_engine_bytes,
     publish_candidate,
     reckless_engine_bytes,
     sha,
@@ -106,12 +106,59 @@ def test_a_newer_candidate_shadows_at_once_but_waits_for_the_active_rollout(worl
 
     client = MlflowClient(tracking_uri=world["uri"], registry_uri=world["uri"])
     client.create_model_version("perception", source="runs:/run-3/model")
-    publish_candidate(lake, "3", network_engine_bytes(9), resources["release_keys"])
+    # Its shadow passes, but its gates were judged against production v1, not rollout v2.
+    engine = constant_engine_bytes(-5.0, 0.99)
+    publish_candidate(lake, "3", engine, resources["release_keys"], reference_version="1")
     (shadow,) = tick(instance, lake).run_requests
     assert shadow.run_key == "shadow-3"
     execute(instance, resources, shadow)
-    assert read_state(lake, "3")["status"] == "shadow"
+    assert read_state(lake, "3")["status"] == "shadow" and read_state(lake, "3")["shadow"]["passed"]
     assert isinstance(tick(instance, lake), dg.SkipReason)  # v2 is still active
+    assert read_state(lake, "2")["status"] == "in_progress"
+
+
+def test_a_newer_candidate_gated_against_the_active_rollout_takes_the_fleet_over(world):
+    lake, instance, resources = world["lake"], world["instance"], world["resources"]
+    for _ in range(2):  # shadow v2, start its canary
+        (request,) = tick(instance, lake).run_requests
+        execute(instance, resources, request)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=world["uri"], registry_uri=world["uri"])
+    client.create_model_version("perception", source="runs:/run-3/model")
+    v3_engine = constant_engine_bytes(-5.0, 0.99)  # as sure of itself as v2: shadow passes
+    publish_candidate(lake, "3", v3_engine, resources["release_keys"], reference_version="2")
+    (shadow,) = tick(instance, lake).run_requests
+    execute(instance, resources, shadow)
+    first = tick(instance, lake)
+    (takeover,) = first.run_requests
+    assert takeover.run_key == "rollout-3-supersedes-2"
+    assert takeover.run_config == {"ops": {"rollout": {"config": {"model_version": "3"}}}}
+    done = execute(instance, resources, takeover)
+    v2, v3 = read_state(lake, "2"), read_state(lake, "3")
+    assert (v2["status"], v2["cohort_percent"], v2["superseded_by"]) == ("superseded", 0, "3")
+    assert (v3["status"], v3["stage"], v3["supersedes"]) == ("in_progress", "canary", "2")
+    assert lake.get_json("main", "release/rollout/current.json") == {"model_version": "3"}
+    (ota,) = [
+        e for e in done.get_asset_materialization_events() if e.asset_key.path == ["ota_release"]
+    ]
+    assert ota.materialization.metadata["engines"].value.get("candidate") == "3"
+    tags = client.get_model_version("perception", "2").tags
+    assert tags["rollout_status"] == "superseded" and tags["rollout_superseded_by"] == "3"
+    assert isinstance(tick(instance, lake, first.cursor), dg.SkipReason)  # no telemetry yet
+    # Fresh telemetry now judges v3's canary, never v2's.
+    published = materialize_telemetry(
+        instance,
+        resources,
+        "t3",
+        telemetry_records(sha(v3_engine), VINS[:2], frames=150, cohort="candidate")
+        + telemetry_records(sha(cautious_engine_bytes()), VINS[2:], frames=150),
+    )
+    (judge,) = tick(instance, lake, first.cursor).run_requests
+    assert judge.run_key == f"rollout-3-canary-{published['main_commit']}"
+    execute(instance, resources, judge)
+    assert read_state(lake, "3")["stage"] == "early"
+    assert read_state(lake, "2")["status"] == "superseded"
 
 
 def test_nothing_is_requested_while_a_release_run_is_in_flight(world):

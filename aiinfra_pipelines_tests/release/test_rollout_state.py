@@ -10,6 +10,7 @@ from aiinfra_pipelines.release.rollout import (
     COMPLETED,
     IN_PROGRESS,
     ROLLED_BACK,
+    SUPERSEDED,
     RolloutError,
     RolloutSettings,
     approve_next_stage,
@@ -19,6 +20,7 @@ from aiinfra_pipelines.release.rollout import (
     new_rollout_state,
     roll_back,
     start_rollout,
+    supersede_rollout,
     was_production,
 )
 from aiinfra_pipelines_tests.operations.lake_state import (
@@ -172,6 +174,61 @@ def test_shadow_must_pass_and_only_one_rollout_widens_at_a_time():
     assert state["previous_production"] == "1"
     assert state["previous_production_pointer"] == PRODUCTION_POINTER
     assert state["stage_started_telemetry_commit"] == "T0"
+
+
+def _start_beside(active: str | None, gated_against: str | None):
+    return start_rollout(
+        shadow_state(),
+        SETTINGS,
+        telemetry_commit="T5",
+        production=None,
+        production_engine_sha256=PRODUCTION,
+        active_rollout=active,
+        gated_against=gated_against,
+        at="t5",
+    )
+
+
+@pytest.mark.parametrize(
+    ("gated_against", "why"),
+    [
+        (None, "gates' reference unknown"),  # reports that predate the field
+        ("bootstrap-0", "gated against bootstrap-0"),  # judged before the rollout began
+        ("0", "gated against 0"),  # judged against an older release
+    ],
+)
+def test_a_candidate_not_gated_against_the_active_rollout_waits_for_it(gated_against, why):
+    kept, decision = _start_beside("1", gated_against)
+    assert decision.action == "none" and kept["status"] == "shadow"
+    assert "1 is active" in decision.reason and why in decision.reason
+
+
+def test_a_candidate_gated_against_the_active_rollout_supersedes_it():
+    older = {**started(), "model_version": "1"}  # v1 at canary
+    new, decision = _start_beside("1", "1")
+    assert decision.action == "start" and new["status"] == IN_PROGRESS
+    assert new["stage"] == "canary" and new["supersedes"] == "1"
+    assert "supersedes the rollout of model version 1" in decision.reason
+    assert new["stage_started_telemetry_commit"] == "T5"  # v1's telemetry never counts for v2
+    gone = supersede_rollout(older, by_version="2", at="t5")
+    assert (gone["status"], gone["cohort_percent"], gone["superseded_by"]) == (SUPERSEDED, 0, "2")
+    assert gone["history"][-1]["event"] == "superseded"
+    assert gone["history"][:-1] == older["history"]  # history kept
+    assert older["status"] == IN_PROGRESS  # pure: the input is untouched
+    # Only a newer version may take over, and only an active rollout can be superseded.
+    older_kept, decision = start_rollout(
+        {**shadow_state(), "model_version": "0"},
+        SETTINGS,
+        telemetry_commit="T5",
+        production=None,
+        production_engine_sha256=PRODUCTION,
+        active_rollout="1",
+        gated_against="1",
+        at="t5",
+    )
+    assert decision.action == "none" and older_kept["status"] == "shadow"
+    with pytest.raises(RolloutError, match="only an active rollout"):
+        supersede_rollout(gone, by_version="3", at="t6")
 
 
 def test_a_healthy_stage_advances_once_and_never_twice_on_the_same_telemetry():

@@ -211,6 +211,7 @@ def test_cycle_publishes_report_records_and_mlflow_artifact(cycle, sensor_cycle)
     # Production is model zero before the first release: the same episodes, simulated once.
     for row in report["scenarios"]:
         assert row["production"]["episodes"] == row["model_zero"]["episodes"]
+    assert report["reference_version"] == report["production"]["model_version"] == "bootstrap-0"
     shards = [lake.get_json(MAIN_BRANCH, shard_result_key(shard)) for shard in SHARDS]
     episodes = sum(len(s["scenarios"]) for s in shards) * seeds
     assert sum(s["simulated_runs"] + s["reused_runs"] for s in shards) == 3 * episodes

@@ -1,0 +1,78 @@
+"""The demo's closing drive: telemetry for the release the last cycle started rolling out.
+
+A cycle's candidate is certified after its own fleet drove, so its canary is judged only on
+the *next* drive's telemetry. Without one more drive the demo would stop with the newest
+release's canary never judged. After the last cycle the fleet drives once more with the
+engines the OTA repository now assigns, and lands only its telemetry (the small per-drive
+records a car sends at once; the logs of that drive stay in the cars' outboxes). The rollout
+sensor judges the canary on it, exactly as it would on a real fleet's next day.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+from rich.console import Console
+from rich.markup import escape
+
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.release.rollout import read_current
+
+from .daemon import DaemonProcess
+from .fleet_cycle import drive_for_telemetry, fleet_assignment
+from .waiting import Deadline, wait_for_telemetry, wait_until_quiet
+
+
+def closing_drive(
+    instance: dg.DagsterInstance,
+    lake: VersionedLake,
+    daemon: DaemonProcess,
+    deadline: Deadline,
+    console: Console,
+    *,
+    vehicles: int,
+    episodes: int,
+    seed: int,
+    batch_id: str,
+    settle_s: float,
+) -> dict[str, Any] | None:
+    """Drive ``episodes`` per car, land the telemetry, wait for the rollout's decision.
+
+    Returns what the summary records (``None`` when no rollout is underway: nothing to judge).
+    """
+    assignment = fleet_assignment(lake)
+    if assignment.rollout is None or assignment.candidate is None:
+        console.print("[bold]closing drive[/] skipped: no release is rolling out")
+        return None
+    console.print(
+        f"[bold]closing drive[/] {vehicles} cars × {episodes} drives, telemetry only: "
+        f"{assignment.describe()}"
+    )
+    drive = drive_for_telemetry(
+        lake,
+        assignment,
+        vehicles=vehicles,
+        episodes=episodes,
+        seed=seed,
+        batch_id=batch_id,
+        console=console,
+    )
+    wait_for_telemetry(instance, drive.telemetry.branch, daemon, deadline, console)
+    wait_until_quiet(instance, lake, daemon, deadline, console, settle_s)
+    state = read_current(lake) or {}
+    last = (state.get("history") or [{}])[-1]
+    console.print(
+        f"[bold]rollout[/] model version {state.get('model_version')}: {state.get('status')} at "
+        f"{state.get('stage')} — {escape(str(last.get('event', '')))}: "
+        f"{escape(str(last.get('reason', ''))[:120])}"
+    )
+    return {
+        "drives": drive.drives,
+        "candidate_drives": drive.candidate_drives,
+        "frames_driven": drive.frames_driven,
+        "telemetry_records": drive.telemetry.records,
+        "model_version": state.get("model_version"),
+        "rollout": {"stage": state.get("stage"), "status": state.get("status")},
+        "decision": {"event": last.get("event"), "reason": last.get("reason")},
+    }
