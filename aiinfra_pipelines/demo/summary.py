@@ -190,6 +190,12 @@ def print_release_summary(
             )
             for failure in simulation.get("failures", [])[:5]:
                 console.print(f"  [yellow]{escape(str(failure))}[/]")
+            within = (simulation.get("aggregate") or {}).get("within_chance") or []
+            if within:
+                console.print(
+                    f"  worse than production on {len(within)} scenario(s) by the thresholds, "
+                    "within chance on the pooled seeds: " + escape(", ".join(within[:4]))
+                )
         certified = lake.object_exists(MAIN_BRANCH, f"candidates/{version}/certificate.json")
         console.print(
             f"[bold]certification[/] model version {version}: "

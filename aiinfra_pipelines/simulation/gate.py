@@ -30,7 +30,13 @@ Pure functions over per-episode metrics, thresholds from ``gates.yaml`` ``simula
   (``fixes_bind_only_where_the_oracle_passes``): what the planner fails with perfect
   perception no perception engine can be held to, and the "fix" was a lucky draw of seeds;
 * a verdict that would fail the gate is confirmed on more seeds first (simulation.yaml
-  ``episode.confirm_seeds``, :func:`needs_confirmation`; the shard runs them).
+  ``episode.confirm_seeds``, :func:`needs_confirmation`; the shard runs them);
+* a regression *against production* — a new failure, a pass-rate drop, an at-fault rate over
+  budget (library-wide or per slice) — counts only when it is also beyond chance on the pooled
+  episodes (``regression_significance``: a one-sided Fisher exact test, :mod:`.significance`).
+  Two engines of equal quality, each on its own seeds, split a borderline scenario's nine
+  seeds 6-4 often enough that a threshold alone refuses an equal candidate most cycles;
+  regressed fixes and the first-release limits are absolute and take no test.
 
 Every failure is named, so the report (and certification after it) can say exactly why.
 """
@@ -44,6 +50,7 @@ from typing import Any
 
 from .roles import ROLE_CANDIDATE, ROLE_MODEL_ZERO, ROLE_ORACLE, ROLE_PRODUCTION, ROLES
 from .settings import simulation_gates
+from .significance import worse_by_chance_p
 
 STATUS_PASS = "pass"
 STATUS_NEW_FAILURE = "new_failure"
@@ -294,11 +301,19 @@ def evaluate_gate(
     budget = float(budgets.get("at_fault_rate", 0.0))
     aggregate["at_fault_rate_increase"] = round(increase, 6)
     aggregate["at_fault_rate_budget"] = budget
-    if comparisons and increase > budget + _EPS:
+    beyond, p_value = _at_fault_beyond_chance(aggregate, section)
+    aggregate["at_fault_rate_increase_p"] = p_value
+    aggregate["within_chance"] = [
+        c.scenario_id
+        for c in comparisons
+        if scenario_failure(c, section, require_significance=False) is not None
+        and scenario_failure(c, section) is None
+    ]
+    if comparisons and increase > budget + _EPS and beyond:
         failures.append(
             f"at-fault collision rate {aggregate['candidate_at_fault_rate']:.3f} exceeds "
             f"production's {aggregate['production_at_fault_rate']:.3f} by {increase:.3f} > "
-            f"budget {budget:.3f}"
+            f"budget {budget:.3f}{_p_text(p_value)}"
         )
     slice_budget = float(budgets.get("slice_at_fault_rate", 0.0))
     return _judge_slices(
@@ -312,8 +327,54 @@ def evaluate_gate(
             f"slice {s['slice']}: at-fault collision rate {s['candidate_at_fault_rate']:.3f} "
             f"exceeds production's {s['production_at_fault_rate']:.3f} by "
             f"{_at_fault_rate_increase(s):.3f} > budget {slice_budget:.3f}"
+            f"{_p_text(_at_fault_beyond_chance(s, section)[1])}"
         ),
+        significant=lambda s: _at_fault_beyond_chance(s, section)[0],
     )
+
+
+def regression_alpha(section: Mapping[str, Any], family: str) -> float | None:
+    """``regression_significance.<family>``: the p-value at or below which a regression against
+    production is beyond chance — ``scenario`` for per-scenario verdicts (a library tests
+    dozens, so it is stricter), ``rate`` for at-fault rates library-wide and per slice.
+    ``None`` (absent) judges by the thresholds alone."""
+    levels = section.get("regression_significance") or {}
+    value = levels.get(family)
+    return None if value is None else float(value)
+
+
+def beyond_chance(
+    section: Mapping[str, Any],
+    family: str,
+    candidate_bad: int,
+    candidate_n: int,
+    prod_bad: int,
+    prod_n: int,
+) -> tuple[bool, float | None]:
+    """Whether the candidate's excess of bad episodes over production's is beyond chance,
+    and the p-value (``None`` when no significance level is configured: always beyond)."""
+    alpha = regression_alpha(section, family)
+    if alpha is None:
+        return True, None
+    p_value = round(worse_by_chance_p(candidate_bad, candidate_n, prod_bad, prod_n), 6)
+    return p_value <= alpha + _EPS, p_value
+
+
+def _at_fault_beyond_chance(
+    rates: Mapping[str, Any], section: Mapping[str, Any]
+) -> tuple[bool, float | None]:
+    return beyond_chance(
+        section,
+        "rate",
+        int(rates["candidate_at_fault"] or 0),
+        int(rates["candidate_episodes"] or 0),
+        int(rates["production_at_fault"] or 0),
+        int(rates["production_episodes"] or 0),
+    )
+
+
+def _p_text(p_value: float | None) -> str:
+    return "" if p_value is None else f" (p = {p_value:.3f} that equal engines differ so)"
 
 
 def binding_fix(comparison: ScenarioComparison, section: Mapping[str, Any]) -> bool:
@@ -353,7 +414,13 @@ def needs_confirmation(
     # Every recorded fix counts here: whether the oracle passes the scenario is judged on the
     # pooled seeds, after confirmation.
     every_fix = {**section, "fixes_bind_only_where_the_oracle_passes": False}
-    return scenario_failure(comparison, every_fix, first_release=first_release) is not None
+    # Whether the pooled seeds put a regression beyond chance is judged after confirmation.
+    return (
+        scenario_failure(
+            comparison, every_fix, first_release=first_release, require_significance=False
+        )
+        is not None
+    )
 
 
 def scenario_failure(
@@ -361,18 +428,31 @@ def scenario_failure(
     section: Mapping[str, Any],
     *,
     first_release: bool = False,
+    require_significance: bool = True,
 ) -> str | None:
     """Why this scenario fails the gate on its own, or ``None``: a new failure, a binding
     regressed fix, or a pass-rate drop beyond tolerance. Before the first release (production
-    is model zero) only a regressed fix counts."""
+    is model zero) only a regressed fix counts. A new failure and a pass-rate drop compare with
+    production, so they must also be beyond chance (:func:`beyond_chance`) unless
+    ``require_significance`` is off (the confirmation predicate)."""
     c = comparison
     cand, prod = c.candidate_verdict, c.production_verdict
     why = "; ".join(cand.failures)
+    beyond, p_value = beyond_chance(
+        section,
+        "scenario",
+        cand.episodes - cand.passes,
+        cand.episodes,
+        prod.episodes - prod.passes,
+        prod.episodes,
+    )
+    significant = beyond or not require_significance
+    p_text = _p_text(p_value) if require_significance else ""
     new_failures_gated = bool(section.get("no_new_failures", True))
-    if not first_release and c.status == STATUS_NEW_FAILURE and new_failures_gated:
+    if not first_release and c.status == STATUS_NEW_FAILURE and new_failures_gated and significant:
         return (
             f"new failure {c.scenario_id}: production passes ({prod.describe()}), "
-            f"candidate {cand.describe()}: {why}"
+            f"candidate {cand.describe()}{p_text}: {why}"
         )
     if not cand.passed and binding_fix(c, section):
         return (
@@ -382,10 +462,10 @@ def scenario_failure(
     if first_release:
         return None
     max_drop = float(section["pass_rate"]["max_drop"])
-    if cand.pass_rate < prod.pass_rate - max_drop - _EPS:
+    if cand.pass_rate < prod.pass_rate - max_drop - _EPS and significant:
         return (
             f"pass rate drop {c.scenario_id}: candidate {cand.pass_rate:.2f} < production "
-            f"{prod.pass_rate:.2f} - tolerance {max_drop:.2f}: {why}"
+            f"{prod.pass_rate:.2f} - tolerance {max_drop:.2f}{p_text}: {why}"
         )
     return None
 
@@ -466,6 +546,7 @@ def _judge_slices(
     limit: float | None,
     measure: Callable[[Mapping[str, Any]], float],
     describe: Callable[[Mapping[str, Any]], str],
+    significant: Callable[[Mapping[str, Any]], bool] = lambda rates: True,
 ) -> GateResult:
     """Judge every slice (``measure(rates) <= limit``) and close the gate with the result.
 
@@ -474,14 +555,15 @@ def _judge_slices(
     is reported but not gated (one collision in a noise-sized slice says nothing about the
     engine), and no ``limit`` means per-slice limits are not configured. Each failing slice
     adds ``describe(slice)`` after the library-wide ``failures``; ``budget`` records ``limit``
-    as configured.
+    as configured. A slice over its limit passes where ``significant`` says the excess is
+    within chance (against production; the first-release limits are absolute).
     """
     min_scenarios = int(section.get("min_slice_scenarios", 1))
     slices = []
     for name in sorted({c.slice for c in comparisons}):
         rates = _rates([c for c in comparisons if c.slice == name])
         gated = limit is not None and rates["scenarios"] >= min_scenarios
-        passed = not gated or measure(rates) <= float(limit) + _EPS
+        passed = not gated or measure(rates) <= float(limit) + _EPS or not significant(rates)
         slices.append({"slice": name, **rates, "gated": gated, "passed": passed, "budget": limit})
     failures = [*failures, *(describe(s) for s in slices if not s["passed"])]
     return GateResult(

@@ -623,6 +623,13 @@ def report_markdown(report: Mapping[str, Any]) -> str:
     ]
     if report["failures"]:
         lines += ["", "### Gate failures", *(f"- {failure}" for failure in report["failures"])]
+    if aggregate.get("within_chance"):
+        lines += [
+            "",
+            "Worse than production by the thresholds but within chance on the pooled seeds "
+            "(gates.yaml regression_significance): "
+            + ", ".join(str(s) for s in aggregate["within_chance"]),
+        ]
     lines += [
         "",
         "### Slices",

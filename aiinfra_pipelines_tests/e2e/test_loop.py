@@ -8,7 +8,8 @@ While the training run is in flight the test kills the daemon (SIGKILL, a crash)
 restarts it as a deployment would, and no work may be lost, no run launched twice.
 Cycle 2: the cars in the canary cohort drive with the new engine (their logs say so), the
 rollout decides on their fresh telemetry, and a second candidate trains on cycle 1's mined
-badcases plus the new logs. ``summary.json`` records both cycles.
+badcases plus the new logs; certified, it supersedes v1's rollout (it was gated against v1)
+and the closing drive's telemetry judges its canary. ``summary.json`` records both cycles.
 
 The learning outcome, by the production gates (the demo's overlays size rollout cohorts and
 sensor intervals only — checked below): cycle 1's candidate reaches the accuracy targets and
@@ -43,7 +44,7 @@ from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.lake.io_manager import read_parquet_prefix
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX, root_run_id_of_branch
-from aiinfra_pipelines.release.rollout import PUBLISHED_TELEMETRY_PREFIX
+from aiinfra_pipelines.release.rollout import PUBLISHED_TELEMETRY_PREFIX, latest_telemetry_commit
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +54,7 @@ DEMO = yaml.safe_load((resources_dir() / "demo.yaml").read_text())
 VEHICLES, EPISODES = int(DEMO["fleet"]["vehicles"]), int(DEMO["fleet"]["episodes"])
 SEED = int(DEMO["fleet"]["seed"])
 TIMEOUT_S = int(DEMO["timeout_s"])
+DEMO_CLOSING_EPISODES = int(DEMO["closing_drive"]["episodes"])
 # The issue's targets for the first candidate on the frozen benchmark.
 MIN_ACCURACY, MIN_F1, MIN_SLICE_ACCURACY = 0.93, 0.88, 0.85
 MIN_FRAMES_PER_CYCLE = 5000
@@ -173,7 +175,8 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     cycle2 = re.search(fleet_line, stdout.split("cycle 2 of 2")[1])
     assert cycle2 and "runs perception-v1" in cycle2.group(1), stdout[-4000:]
     telemetry = read_parquet_prefix(lake, MAIN_BRANCH, PUBLISHED_TELEMETRY_PREFIX)
-    latest = telemetry[telemetry["batch_id"] == sorted(telemetry["batch_id"].unique())[-1]]
+    (batch,) = [b for b in telemetry["batch_id"].unique() if b.endswith(f"-c2-s{SEED}")]
+    latest = telemetry[telemetry["batch_id"] == batch]
     cohort = latest[latest["cohort"] == "candidate"]
     assert set(cohort["software_version"]) <= {"perception-v1"}
     assert set(cohort["engine_sha256"]) <= {state["engine_sha256"]}
@@ -186,8 +189,8 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     logged = set(index.loc[index["source_branch"] == branches[-1], "software_version"])
     assert logged <= {"perception-v1", "rule-planner-0"}
     # ... and the rollout judged that batch: a decision, or a wait whose reason is this sample.
-    last = state["history"][-1]
     assert len(events) >= 3, state["history"]  # shadow, canary started, then cycle 2's verdict
+    last = state["history"][2]
     if last["event"] == "waiting":  # e.g. the cohort's cars crashed early: too few frames
         sample = [
             f"candidate cohort has {int(cohort['frames'].sum())} frames",
@@ -197,6 +200,25 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
         assert any(text in last["reason"] for text in sample), last
     else:
         assert last["event"] in DECISIONS, last
+
+    # -- the closing drive: the newest rollout judged on telemetry driven after it began ------
+    closing = second["closing_drive"]
+    assert closing["telemetry_records"] == closing["drives"] == VEHICLES * DEMO_CLOSING_EPISODES
+    current = lake.get_json(MAIN_BRANCH, "release/rollout/current.json")["model_version"]
+    assert closing["model_version"] == current
+    if second["certified"]:
+        # v2 was gated against v1, the release rolling out: it took the fleet over.
+        assert current == "2", current
+        v1 = lake.get_json(MAIN_BRANCH, "release/rollout/1.json")
+        assert v1["status"] == "superseded" and v1["superseded_by"] == "2", v1["history"][-1]
+        v2 = lake.get_json(MAIN_BRANCH, "release/rollout/2.json")
+        assert [e["event"] for e in v2["history"]][:2] == ["shadow", "stage_started"]
+        assert v2["supersedes"] == "1"
+        assert second["rollout"] == closing["rollout"]
+    # Its last entry is a decision on the closing drive's telemetry (the newest on main).
+    judged = lake.get_json(MAIN_BRANCH, f"release/rollout/{current}.json")["history"][-1]
+    assert judged["event"] in DECISIONS | {"waiting"}, judged
+    assert judged["decision"]["telemetry_commit"] == latest_telemetry_commit(lake), judged
 
     # -- the loop learns, by the production gates ---------------------------------------------
     assert first["frames_landed"] >= MIN_FRAMES_PER_CYCLE

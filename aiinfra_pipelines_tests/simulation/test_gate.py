@@ -20,7 +20,9 @@ from aiinfra_pipelines.simulation.gate import (
     scenario_criteria,
     scenario_verdict,
 )
+from aiinfra_pipelines.simulation.significance import worse_by_chance_p
 
+from .noisy_library import certify_rate
 from .test_library import GATES
 
 
@@ -427,3 +429,108 @@ def test_first_release_limit_follows_the_oracle_where_the_oracle_exceeds_it():
     assert not evaluate_gate(no_oracle, {}, section, first_release=True).passed
     no_margin = {**GATES, "first_release": {"max_at_fault_rate": 0.10}}
     assert not evaluate_gate(library(3, 3), {}, no_margin, first_release=True).passed
+
+
+# -- regressions beyond chance (gates.yaml regression_significance) -------------------------
+def test_worse_by_chance_p_is_fishers_exact_one_sided_test():
+    # All nine candidate episodes fail, none of production's: 1 / C(18, 9).
+    assert worse_by_chance_p(9, 9, 0, 9) == pytest.approx(1 / 48620)
+    # The demo's cycle-2 refusal: candidate 5 of 9 failed, production 3 of 9.
+    # 8 failures pooled; P(the candidate drew 5 or more of them) = 15490 / 48620.
+    assert worse_by_chance_p(5, 9, 3, 9) == pytest.approx(15490 / 48620)
+    assert worse_by_chance_p(0, 9, 9, 9) == 1.0  # the candidate is better
+    assert worse_by_chance_p(0, 9, 0, 9) == 1.0  # nothing failed
+    assert worse_by_chance_p(3, 3, 0, 3) == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="candidate: 4 failures of 3"):
+        worse_by_chance_p(4, 3, 0, 3)
+
+
+SIGNIFICANCE = {"scenario": 0.01, "rate": 0.05}
+
+
+def test_a_new_failure_within_chance_does_not_refuse_and_is_reported():
+    """The demo's cycle 2: production passes 6 of 9 seeds, the candidate 4 of 9."""
+    production = seeds(*[m()] * 6, *[m(collision=True, at_fault=True)] * 3)
+    candidate = seeds(*[m()] * 4, *[m(collision=True, at_fault=True)] * 5)
+    rows = [row("a", candidate, production)] + [row(f"b{i}", m(), m()) for i in range(30)]
+    lenient = {"at_fault_rate": 0.02, "slice_at_fault_rate": 1.0}
+    by_thresholds = evaluate_gate(rows, {}, gates(budgets=lenient))
+    assert "new failure a" in [f.split(":")[0] for f in by_thresholds.failures]
+    result = evaluate_gate(rows, {}, gates(budgets=lenient, regression_significance=SIGNIFICANCE))
+    assert result.passed, result.failures
+    assert result.comparisons[0].status == STATUS_NEW_FAILURE  # still reported as such
+    assert result.aggregate["within_chance"] == ["a"]
+    assert result.aggregate["at_fault_rate_increase_p"] > 0.05
+
+
+def test_a_regression_beyond_chance_is_refused_with_its_p_value():
+    production = seeds(*[m()] * 9)
+    candidate = seeds(*[m()] * 2, *[m(collision=True, at_fault=True)] * 7)
+    rows = [row("a", candidate, production)] + [row(f"b{i}", m(), m()) for i in range(30)]
+    result = evaluate_gate(rows, {}, gates(regression_significance=SIGNIFICANCE))
+    assert not result.passed
+    assert result.failures[0].startswith(
+        "new failure a: production passes (9/9 seeds pass), candidate 2/9 seeds pass "
+        "(p = 0.001 that equal engines differ so)"
+    )
+    assert result.aggregate["within_chance"] == []
+    # 7 at-fault episodes of 39 vs none: beyond chance library-wide too.
+    assert any(f.startswith("at-fault collision rate") for f in result.failures)
+
+
+def test_a_slice_over_budget_within_chance_passes_and_beyond_it_is_refused():
+    """The demo's cycle 2: night/fog/highway at fault 4 of 18 episodes against 1 of 18."""
+
+    def slice_rows(candidate_collisions: int) -> list[dict]:
+        rows = []
+        for i in range(6):
+            crash = i < candidate_collisions
+            rows.append(
+                row(
+                    f"n{i}",
+                    seeds(m(collision=crash, at_fault=True), m(), m()),
+                    seeds(m(collision=i == 0, at_fault=True), m(), m()),
+                    slice_="night/fog/highway",
+                )
+            )
+        return rows
+
+    section = gates(
+        budgets={"at_fault_rate": 1.0, "slice_at_fault_rate": 0.15},
+        pass_rate={"min_pass_rate": 0.3, "max_drop": 1.0},
+        regression_significance=SIGNIFICANCE,
+    )
+    noise = evaluate_gate(slice_rows(4), {}, section)  # 4/18 vs 1/18: p = 0.17
+    assert noise.passed, noise.failures
+    (night,) = noise.slices
+    assert night["candidate_at_fault"] == 4 and night["production_at_fault"] == 1
+    assert night["gated"] and night["passed"]
+    worse = evaluate_gate(slice_rows(6), {}, {**section, "regression_significance": {"rate": 0.1}})
+    assert worse.failures == [
+        "slice night/fog/highway: at-fault collision rate 0.333 exceeds production's 0.056 by "
+        "0.278 > budget 0.150 (p = 0.044 that equal engines differ so)"
+    ]
+
+
+def test_confirmation_does_not_wait_for_significance():
+    """Three seeds cannot show significance; the confirmation seeds are what may."""
+    comparison = compare_outcomes(
+        [row("a", seeds(m(collision=True), m(collision=True), m()), seeds(m(), m(), m()))],
+        {},
+        gates(regression_significance=SIGNIFICANCE),
+    )[0]
+    assert needs_confirmation(comparison, gates(regression_significance=SIGNIFICANCE))
+
+
+def test_an_engine_against_itself_on_independent_seeds_is_certified():
+    """The A/A run that tests noise: the same odds, each engine on its own seeds, the shard's
+    confirmation procedure and the repository's gates. By the thresholds alone an equal
+    candidate is refused most of the time; beyond-chance verdicts certify it, and still refuse
+    a candidate that breaks a scenario. Seeded: the rates are exact for these draws."""
+    repository = dict(gate_section())
+    assert certify_rate(1, 60, repository) >= 0.85
+    thresholds_only = {**repository, "regression_significance": None}
+    assert certify_rate(1, 60, thresholds_only) <= 0.3
+    assert certify_rate(2, 30, repository, regression=(1, 0.95)) <= 0.05
+    assert certify_rate(3, 60, repository, regression=(3, 0.8)) <= 0.05
+    assert certify_rate(3, 60, repository, regression=(3, 0.6)) <= 0.25
