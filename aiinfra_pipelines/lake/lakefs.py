@@ -70,6 +70,7 @@ from aiinfra_pipelines.lake.port import (
     CommitInfo,
     DiffEntry,
     ObjectStat,
+    UploadHandle,
     VersionedLake,
     check_metadata,
 )
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
 
 _DIFF_TYPES = ("added", "removed", "changed")
 OBJECT_IO_MODES = ("api", "s3_gateway")
+S3_MIN_PART_BYTES = 5 * 1024 * 1024  # S3 (and lakeFS's gateway): every part but the last
 _API_SUFFIX = "/api/v1"
 _TRANSFER_KEYS = frozenset({"multipart_threshold_mb", "multipart_part_mb", "multipart_concurrency"})
 _TIMEOUT_KEYS = frozenset({"connect_s", "read_s"})
@@ -414,6 +416,43 @@ class LakeFSLake(VersionedLake):
                 obj.upload(bytes(data), mode="wb")
             info = obj.stat()  # lakeFS's checksum, so put and stat_object always agree
         return ObjectStat(key=key, size=int(info.size_bytes or len(data)), checksum=info.checksum)
+
+    # ---------------------------------------------------------------- resumable uploads
+    # Always through the S3 gateway (lakeFS has no multipart on its REST API), whatever
+    # ``object_io`` says for whole objects.
+    @property
+    def min_part_bytes(self) -> int:
+        return S3_MIN_PART_BYTES
+
+    def begin_upload(self, branch: str, key: str) -> UploadHandle:
+        """See ``VersionedLake.begin_upload``."""
+        validate_branch_name(branch)
+        validate_key(key)
+        self.resolve_ref(branch)  # a missing branch is NotFoundError before anything opens
+        upload_id = self.gateway().create_upload(self.repository, f"{branch}/{key}")
+        return UploadHandle(branch=branch, key=key, upload_id=upload_id)
+
+    def upload_part(self, upload: UploadHandle, part_number: int, data: bytes) -> str:
+        where = f"{upload.branch}/{upload.key}"
+        return self.gateway().upload_part(
+            self.repository, where, upload.upload_id, int(part_number), bytes(data)
+        )
+
+    def uploaded_parts(self, upload: UploadHandle) -> dict[int, str]:
+        where = f"{upload.branch}/{upload.key}"
+        return self.gateway().list_parts(self.repository, where, upload.upload_id)
+
+    def complete_upload(self, upload: UploadHandle, parts: dict[int, str]) -> ObjectStat:
+        where = f"{upload.branch}/{upload.key}"
+        self.gateway().complete_upload(self.repository, where, upload.upload_id, dict(parts))
+        return self.stat_object(upload.branch, upload.key)
+
+    def abort_upload(self, upload: UploadHandle) -> None:
+        where = f"{upload.branch}/{upload.key}"
+        try:
+            self.gateway().abort_upload(self.repository, where, upload.upload_id)
+        except NotFoundError:
+            return
 
     def get_object(self, ref: str, key: str) -> bytes:
         """See ``VersionedLake.get_object``."""

@@ -11,6 +11,10 @@ The contract below is what both adapters implement and what ONE contract test su
 * ``diff`` compares committed trees only: a branch name there means its HEAD commit.
 * ``merge`` is a three-way merge against the merge base and never half-applies: on conflict the
   destination is untouched.
+* Resumable uploads follow S3 multipart semantics (lakeFS serves them on its S3 gateway):
+  ``begin_upload`` → ``upload_part`` (any order, a part re-sent replaces itself) →
+  ``complete_upload`` stages the object in one step; ``uploaded_parts`` tells a restarted
+  uploader what already arrived. Until completion nothing is visible on the branch.
 
 Implementations translate their backend's failures into ``aiinfra_pipelines.lake.errors``.
 """
@@ -42,6 +46,16 @@ class ObjectStat:
     key: str
     size: int
     checksum: str
+
+
+@dataclass(frozen=True)
+class UploadHandle:
+    """An open resumable upload: where it goes and the backend's id for it (persist all three
+    to resume after a restart)."""
+
+    branch: str
+    key: str
+    upload_id: str
 
 
 @dataclass(frozen=True)
@@ -191,6 +205,37 @@ class VersionedLake(dg.ConfigurableResource):
 
         Same visibility rules as ``get_object``: a branch lists its staged state.
         """
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- resumable uploads
+    @property
+    def min_part_bytes(self) -> int:
+        """Smallest size of a part that is not the last one (S3's 5 MiB)."""
+        raise NotImplementedError
+
+    def begin_upload(self, branch: str, key: str) -> UploadHandle:
+        """Start a resumable upload of ``key`` to ``branch``; ``NotFoundError`` for a missing
+        branch, ``InvalidKeyError`` for a bad key."""
+        raise NotImplementedError
+
+    def upload_part(self, upload: UploadHandle, part_number: int, data: bytes) -> str:
+        """Store part ``part_number`` (1-based) of ``upload``; returns its ETag. Sending a part
+        again replaces it. ``NotFoundError`` when the upload was completed or aborted."""
+        raise NotImplementedError
+
+    def uploaded_parts(self, upload: UploadHandle) -> dict[int, str]:
+        """Part number → ETag of what already arrived; ``NotFoundError`` when the upload is no
+        longer open (completed or aborted)."""
+        raise NotImplementedError
+
+    def complete_upload(self, upload: UploadHandle, parts: dict[int, str]) -> ObjectStat:
+        """Join ``parts`` (number → ETag, numbers consecutive from 1) into the object, staged
+        on the branch. ``LakeError`` when a part is missing, its ETag differs, or a part other
+        than the last is smaller than ``min_part_bytes``."""
+        raise NotImplementedError
+
+    def abort_upload(self, upload: UploadHandle) -> None:
+        """Discard an open upload and its parts (no-op when it is already gone)."""
         raise NotImplementedError
 
     def delete_object(self, branch: str, key: str) -> None:

@@ -267,15 +267,66 @@ class S3Gateway:
         )
 
     # ----------------------------------------------------------------------------- multipart
-    def _put_multipart(self, bucket: str, key: str, data: bytes) -> str:
-        """Create → parts in parallel (each retried alone) → complete; abort on any failure so
-        no orphaned parts accumulate in the bucket."""
-        where = self._where(bucket, key)
-        upload_id = self._call(
-            f"create multipart upload {where}",
+    def create_upload(self, bucket: str, key: str) -> str:
+        """Open a multipart upload; its UploadId."""
+        return self._call(
+            f"create multipart upload {self._where(bucket, key)}",
             "POST",
             lambda: self.client.create_multipart_upload(Bucket=bucket, Key=key),
         )["UploadId"]
+
+    def upload_part(self, bucket: str, key: str, upload_id: str, number: int, data: bytes) -> str:
+        """Send one part (a PUT: retried alone, re-sending replaces it); its ETag."""
+        response = self._call(
+            f"upload part {number} of {self._where(bucket, key)}",
+            "PUT",
+            lambda: self.client.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data
+            ),
+        )
+        return str(response["ETag"]).strip('"')
+
+    def list_parts(self, bucket: str, key: str, upload_id: str) -> dict[int, str]:
+        """Part number → ETag of the parts that arrived (``NotFoundError``: no such upload)."""
+        parts: dict[int, str] = {}
+        marker = 0
+        while True:
+            page = self._call(
+                f"list parts of {self._where(bucket, key)}",
+                "GET",
+                lambda marker=marker: self.client.list_parts(
+                    Bucket=bucket, Key=key, UploadId=upload_id, PartNumberMarker=marker
+                ),
+            )
+            for part in page.get("Parts", []):
+                parts[int(part["PartNumber"])] = str(part["ETag"]).strip('"')
+            if not page.get("IsTruncated"):
+                return parts
+            marker = int(page["NextPartNumberMarker"])
+
+    def complete_upload(self, bucket: str, key: str, upload_id: str, parts: dict[int, str]) -> str:
+        """Join the parts into the object; its ETag."""
+        listed = [{"PartNumber": n, "ETag": f'"{parts[n]}"'} for n in sorted(parts)]
+        response = self._call(
+            f"complete multipart upload {self._where(bucket, key)}",
+            "POST",
+            lambda: self.client.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": listed}
+            ),
+        )
+        return str(response.get("ETag", "")).strip('"')
+
+    def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
+        self._call(
+            f"abort multipart upload {self._where(bucket, key)}",
+            "DELETE",
+            lambda: self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id),
+        )
+
+    def _put_multipart(self, bucket: str, key: str, data: bytes) -> str:
+        """Create → parts in parallel (each retried alone) → complete; abort on any failure so
+        no orphaned parts accumulate in the bucket."""
+        upload_id = self.create_upload(bucket, key)
         size = self.transfer.part_size_bytes
         view = memoryview(data)
         chunks = [
@@ -283,41 +334,21 @@ class S3Gateway:
             for n, offset in enumerate(range(0, len(data), size))
         ]
 
-        def send(part: tuple[int, memoryview]) -> dict[str, Any]:
+        def send(part: tuple[int, memoryview]) -> tuple[int, str]:
             number, chunk = part
-            response = self._call(
-                f"upload part {number}/{len(chunks)} of {where}",
-                "PUT",
-                lambda: self.client.upload_part(
-                    Bucket=bucket,
-                    Key=key,
-                    UploadId=upload_id,
-                    PartNumber=number,
-                    Body=chunk.tobytes(),
-                ),
-            )
-            return {"PartNumber": number, "ETag": response["ETag"]}
+            return number, self.upload_part(bucket, key, upload_id, number, chunk.tobytes())
 
         try:
             with ThreadPoolExecutor(self.transfer.max_concurrency) as pool:
-                parts = list(pool.map(send, chunks))
-            response = self._call(
-                f"complete multipart upload {where}",
-                "POST",
-                lambda: self.client.complete_multipart_upload(
-                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
-                ),
-            )
+                parts = dict(pool.map(send, chunks))
+            return self.complete_upload(bucket, key, upload_id, parts)
         except BaseException:
             try:
-                self._call(
-                    f"abort multipart upload {where}",
-                    "DELETE",
-                    lambda: self.client.abort_multipart_upload(
-                        Bucket=bucket, Key=key, UploadId=upload_id
-                    ),
-                )
+                self.abort_upload(bucket, key, upload_id)
             except LakeError as abort_error:  # the original failure is the one to report
-                logger.warning("could not abort multipart upload of %s: %s", where, abort_error)
+                logger.warning(
+                    "could not abort multipart upload of %s: %s",
+                    self._where(bucket, key),
+                    abort_error,
+                )
             raise
-        return str(response.get("ETag", "")).strip('"')

@@ -443,3 +443,44 @@ def test_local_checksum_is_sha256_of_content(lake: VersionedLake) -> None:
         assert stat.checksum == hashlib.sha256(b"payload").hexdigest()
     else:  # lakeFS reports the object store's checksum; it must at least be stable
         assert lake.stat_object("main", "x.bin").checksum == stat.checksum
+
+
+# ------------------------------------------------------------------------- resumable uploads
+def test_a_resumable_upload_is_invisible_until_complete_and_resumes(lake: VersionedLake) -> None:
+    lake.create_branch("ingest-up", "main")
+    size = lake.min_part_bytes
+    data = os.urandom(2 * size + 1000)
+    chunks = [data[:size], data[size : 2 * size], data[2 * size :]]
+    upload = lake.begin_upload("ingest-up", "logs/a.mcap")
+    arrived = {1: lake.upload_part(upload, 1, chunks[0])}
+    assert not lake.object_exists("ingest-up", "logs/a.mcap")
+    assert lake.uploaded_parts(upload) == arrived  # what a restarted uploader reads back
+    arrived[2] = lake.upload_part(upload, 2, chunks[1])
+    arrived[2] = lake.upload_part(upload, 2, chunks[1])  # re-sent after a lost reply: replaces
+    arrived[3] = lake.upload_part(upload, 3, chunks[2])
+    assert lake.uploaded_parts(upload) == arrived
+    stat = lake.complete_upload(upload, arrived)
+    assert stat.size == len(data)
+    assert lake.get_object("ingest-up", "logs/a.mcap") == data
+    assert [e.key for e in lake.uncommitted("ingest-up")] == ["logs/a.mcap"]
+    with pytest.raises(NotFoundError):
+        lake.uploaded_parts(upload)
+
+
+def test_an_upload_with_a_small_middle_part_or_a_missing_part_is_refused(
+    lake: VersionedLake,
+) -> None:
+    lake.create_branch("ingest-bad", "main")
+    upload = lake.begin_upload("ingest-bad", "logs/b.mcap")
+    small = {1: lake.upload_part(upload, 1, b"x" * 10), 2: lake.upload_part(upload, 2, b"y")}
+    with pytest.raises(LakeError):
+        lake.complete_upload(upload, small)
+    with pytest.raises(LakeError):
+        lake.complete_upload(upload, {1: small[1], 3: small[2]})
+    lake.abort_upload(upload)
+    lake.abort_upload(upload)  # already gone: no error
+    with pytest.raises(NotFoundError):
+        lake.uploaded_parts(upload)
+    assert not lake.object_exists("ingest-bad", "logs/b.mcap")
+    with pytest.raises(NotFoundError):
+        lake.begin_upload("no-such-branch", "logs/c.mcap")

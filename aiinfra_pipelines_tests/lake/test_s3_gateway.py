@@ -99,6 +99,29 @@ def test_large_objects_go_multipart_and_come_back_intact(moto_url: str, bucket: 
     )
 
 
+def test_a_resumable_upload_survives_its_uploader(moto_url: str, bucket: str) -> None:
+    """What a car's outbox does: open, send some parts, die; a new process lists what arrived
+    and sends only the rest."""
+    data = os.urandom(10 * MIB + 77)
+    parts = [data[: 5 * MIB], data[5 * MIB : 10 * MIB], data[10 * MIB :]]
+    first = _gateway(moto_url)
+    upload_id = first.create_upload(bucket, "ingest-1/logs/a.mcap")
+    sent = {1: first.upload_part(bucket, "ingest-1/logs/a.mcap", upload_id, 1, parts[0])}
+    # ... the process dies here; a new one resumes by the persisted upload id.
+    second = _gateway(moto_url)
+    arrived = second.list_parts(bucket, "ingest-1/logs/a.mcap", upload_id)
+    assert arrived == sent
+    assert "Contents" not in _raw(moto_url).list_objects_v2(Bucket=bucket, Prefix="ingest-1/")
+    for number in (2, 3):
+        arrived[number] = second.upload_part(
+            bucket, "ingest-1/logs/a.mcap", upload_id, number, parts[number - 1]
+        )
+    second.complete_upload(bucket, "ingest-1/logs/a.mcap", upload_id, arrived)
+    assert second.get(bucket, "ingest-1/logs/a.mcap") == data
+    with pytest.raises(NotFoundError):  # completed: the upload id is gone
+        second.list_parts(bucket, "ingest-1/logs/a.mcap", upload_id)
+
+
 @pytest.fixture
 def proxy(moto_url: str) -> Iterator[FaultyProxy]:
     faulty = FaultyProxy(moto_url)

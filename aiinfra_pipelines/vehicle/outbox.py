@@ -1,0 +1,443 @@
+"""The car's persistent outbox: logs wait here, by priority, until they are safely in the lake.
+
+A car's network is cellular, metered and unreliable, and its power can be cut at any moment.
+So every log the trigger filter keeps is written to the car's cache and queued in SQLite
+before anything is sent, and every step of its upload is recorded before the next one:
+
+* **Order**: most urgent class first (``vehicle.yaml`` ``outbox.classes``: near-collisions
+  before event triggers before condition samples), oldest first within a class.
+* **Budget and window**: non-urgent classes stop when the day's byte budget would be exceeded;
+  classes that need the upload window (parked on Wi-Fi) wait for it.
+* **Resumable**: a log goes up in parts (``VersionedLake.begin_upload`` & co., S3 multipart
+  semantics on lakeFS's gateway). The upload handle is stored before the first part and each
+  acknowledged part right after it; a restarted outbox asks the lake what arrived and sends
+  only the rest. A log whose upload completed just before a crash is recognised on the branch.
+  Nothing is lost and no part is sent twice, except the one in flight at the crash.
+* **Cache cap**: past ``cache_cap_bytes`` queued, logs are evicted, lowest class first and
+  oldest first; urgent logs never. Every eviction is an event, reported with the rest.
+
+The outbox never commits half a batch: after a drain, what it completed on a branch is
+committed there in one commit (an ingest branch, as ``fleet.landing`` lands a batch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from aiinfra_pipelines.lake.errors import NotFoundError
+from aiinfra_pipelines.lake.layout import LOG_PREFIX, LOG_SUFFIX
+from aiinfra_pipelines.lake.port import UploadHandle, VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+
+from .outbox_settings import OutboxSettings
+
+QUEUED, UPLOADING, UPLOADED, EVICTED = "queued", "uploading", "uploaded", "evicted"
+Progress = Callable[[str, str, int], None]
+OPEN_STATES = (QUEUED, UPLOADING)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS logs (
+    log_id TEXT PRIMARY KEY,
+    class TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    rules TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    enqueued_at TEXT NOT NULL,
+    state TEXT NOT NULL,
+    branch TEXT,
+    key TEXT,
+    upload_id TEXT,
+    finished_at TEXT
+);
+CREATE TABLE IF NOT EXISTS parts (
+    log_id TEXT NOT NULL,
+    part_number INTEGER NOT NULL,
+    etag TEXT NOT NULL,
+    PRIMARY KEY (log_id, part_number)
+);
+CREATE TABLE IF NOT EXISTS transfers (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    log_id TEXT NOT NULL,
+    part_number INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    day TEXT NOT NULL,
+    at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    log_id TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+"""
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class DrainReport:
+    """What one drain did: logs completed (in order), parts sent, and why it stopped."""
+
+    uploaded: list[str] = field(default_factory=list)
+    parts_sent: int = 0
+    bytes_sent: int = 0
+    stopped_by: str = "queue empty"
+    commits: dict[str, str] = field(default_factory=dict)  # branch → commit id
+
+
+class Outbox:
+    """One car's outbox in ``folder`` (``outbox.sqlite3`` plus the cached log files)."""
+
+    def __init__(
+        self,
+        folder: Path,
+        settings: OutboxSettings | None = None,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self.folder = Path(folder)
+        self.settings = settings or OutboxSettings.load()
+        self.clock = clock
+        (self.folder / "data").mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            db.executescript(SCHEMA)
+
+    # ------------------------------------------------------------------------ plumbing
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        connection = sqlite3.connect(self.folder / "outbox.sqlite3", timeout=30)
+        connection.row_factory = sqlite3.Row
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+            with connection:  # one transaction: committed on success, rolled back otherwise
+                yield connection
+        finally:
+            connection.close()
+
+    def _data_path(self, log_id: str) -> Path:
+        return self.folder / "data" / f"{log_id}{LOG_SUFFIX}"
+
+    def _event(self, db: sqlite3.Connection, kind: str, log_id: str, **detail: object) -> None:
+        db.execute(
+            "INSERT INTO events (at, kind, log_id, detail) VALUES (?, ?, ?, ?)",
+            (self.clock().isoformat(), kind, log_id, json.dumps(detail, sort_keys=True)),
+        )
+
+    # ------------------------------------------------------------------------- enqueue
+    def enqueue(self, log_id: str, data: bytes, rules: Sequence[str]) -> str:
+        """Cache ``data`` and queue it under the class of ``rules``; returns the class name.
+
+        The file is durable before the row exists, so a queued log always has its bytes.
+        Enqueuing the same log again is a no-op; other bytes under a known id are refused.
+        """
+        sha = hashlib.sha256(data).hexdigest()
+        priority = self.settings.class_of(rules)
+        with self._db() as db:
+            known = db.execute("SELECT sha256 FROM logs WHERE log_id = ?", (log_id,)).fetchone()
+        if known is not None:
+            if known["sha256"] != sha:
+                raise ValueError(f"log {log_id} is already in the outbox with other content")
+            return priority.name
+        path = self._data_path(log_id)
+        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        with temporary.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+        with self._db() as db:
+            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM logs").fetchone()[0]
+            db.execute(
+                "INSERT INTO logs (log_id, class, rank, rules, size, sha256, seq, enqueued_at, "
+                "state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    log_id,
+                    priority.name,
+                    priority.rank,
+                    json.dumps(sorted(rules)),
+                    len(data),
+                    sha,
+                    seq,
+                    self.clock().isoformat(),
+                    QUEUED,
+                ),
+            )
+            self._event(db, "enqueued", log_id, priority=priority.name, bytes=len(data))
+            self._evict_over_cap(db)
+        return priority.name
+
+    def _evict_over_cap(self, db: sqlite3.Connection) -> None:
+        """Evict queued (not half-sent) logs of evictable classes, lowest class and oldest
+        first, until the cache is within its cap."""
+        cached = db.execute(
+            f"SELECT COALESCE(SUM(size), 0) FROM logs WHERE state IN {OPEN_STATES}"
+        ).fetchone()[0]
+        if cached <= self.settings.cache_cap_bytes:
+            return
+        evictable = [p.name for p in self.settings.classes if p.evictable]
+        candidates = db.execute(
+            "SELECT log_id, class, size FROM logs WHERE state = ? ORDER BY rank DESC, seq ASC",
+            (QUEUED,),
+        ).fetchall()
+        for row in candidates:
+            if cached <= self.settings.cache_cap_bytes:
+                break
+            if row["class"] not in evictable:
+                continue
+            db.execute(
+                "UPDATE logs SET state = ?, finished_at = ? WHERE log_id = ?",
+                (EVICTED, self.clock().isoformat(), row["log_id"]),
+            )
+            self._event(
+                db,
+                "evicted",
+                row["log_id"],
+                priority=row["class"],
+                bytes=row["size"],
+                reason=f"cache over its cap of {self.settings.cache_cap_bytes} bytes",
+            )
+            self._data_path(row["log_id"]).unlink(missing_ok=True)
+            cached -= row["size"]
+
+    # --------------------------------------------------------------------------- drain
+    def drain(
+        self,
+        lake: VersionedLake,
+        batch_branch: str,
+        *,
+        window_open: bool,
+        on_progress: Progress | None = None,
+        commit_metadata: dict[str, str] | None = None,
+    ) -> DrainReport:
+        """Upload what the order, the budget and the window allow; commit what completed.
+
+        New uploads go to ``batch_branch`` (created from main if needed); a log whose upload
+        began in an earlier drain finishes on the branch it began on.
+        ``on_progress("part", log_id, n)`` runs after each acknowledged part and
+        ``on_progress("completed", log_id, parts)`` once the lake joined them, before the
+        outbox records it (progress display; tests crash the process there).
+        """
+        report = DrainReport()
+        lake.create_branch(batch_branch, source_ref=MAIN_BRANCH, exist_ok=True)
+        with self._db() as db:
+            rows = db.execute(
+                f"SELECT * FROM logs WHERE state IN {OPEN_STATES} ORDER BY rank ASC, seq ASC"
+            ).fetchall()
+        touched: set[str] = set()
+        for row in rows:
+            priority = self.settings.class_named(row["class"])
+            if priority.needs_window and not window_open:
+                report.stopped_by = f"{priority.name} logs wait for the upload window"
+                continue
+            outcome = self._upload(lake, row, batch_branch, priority.ignores_budget, on_progress)
+            report.parts_sent += outcome.parts_sent
+            report.bytes_sent += outcome.bytes_sent
+            if outcome.branch:
+                touched.add(outcome.branch)
+            if outcome.completed:
+                report.uploaded.append(row["log_id"])
+            elif outcome.stopped_by:
+                report.stopped_by = outcome.stopped_by
+                break
+        for branch in sorted(touched):
+            commit = self._commit(lake, branch, commit_metadata or {})
+            if commit:
+                report.commits[branch] = commit
+        return report
+
+    def _sent_today(self, db: sqlite3.Connection) -> int:
+        day = self.clock().date().isoformat()
+        return db.execute(
+            "SELECT COALESCE(SUM(bytes), 0) FROM transfers WHERE day = ?", (day,)
+        ).fetchone()[0]
+
+    def _handle(self, lake: VersionedLake, row: sqlite3.Row, branch: str) -> _Resumed:
+        """The open upload for ``row`` with the parts the lake holds, or the finished object."""
+        key = f"{LOG_PREFIX}{row['log_id']}{LOG_SUFFIX}"
+        if row["state"] == UPLOADING:
+            handle = UploadHandle(row["branch"], row["key"], row["upload_id"])
+            try:
+                return _Resumed(handle, lake.uploaded_parts(handle), finished=False)
+            except NotFoundError:
+                on_branch = lake.object_exists(handle.branch, handle.key)
+                if on_branch and lake.stat_object(handle.branch, handle.key).size == row["size"]:
+                    return _Resumed(handle, {}, finished=True)  # completed before a crash
+                branch = handle.branch  # the upload expired: start again where it began
+        handle = lake.begin_upload(branch, key)
+        with self._db() as db:
+            db.execute("DELETE FROM parts WHERE log_id = ?", (row["log_id"],))
+            db.execute(
+                "UPDATE logs SET state = ?, branch = ?, key = ?, upload_id = ? WHERE log_id = ?",
+                (UPLOADING, handle.branch, handle.key, handle.upload_id, row["log_id"]),
+            )
+        return _Resumed(handle, {}, finished=False)
+
+    def _upload(
+        self,
+        lake: VersionedLake,
+        row: sqlite3.Row,
+        branch: str,
+        ignores_budget: bool,
+        on_progress: Progress | None,
+    ) -> _Outcome:
+        log_id = row["log_id"]
+        resumed = self._handle(lake, row, branch)
+        outcome = _Outcome(branch=resumed.handle.branch)
+        if not resumed.finished:
+            data = self._data_path(log_id).read_bytes()
+            size = self.settings.part_bytes
+            count = max(1, math.ceil(len(data) / size))
+            with self._db() as db:
+                # The lake is the truth about what arrived (a part acknowledged but not yet
+                # recorded when the car died counts as arrived).
+                for number, etag in resumed.parts.items():
+                    db.execute(
+                        "INSERT OR REPLACE INTO parts VALUES (?, ?, ?)", (log_id, number, etag)
+                    )
+            parts = dict(resumed.parts)
+            for number in range(1, count + 1):
+                if number in parts:
+                    continue
+                chunk = data[(number - 1) * size : number * size]
+                with self._db() as db:
+                    over = self._sent_today(db) + len(chunk) > self.settings.daily_budget_bytes
+                if over and not ignores_budget:
+                    outcome.stopped_by = "daily budget reached"
+                    return outcome
+                etag = lake.upload_part(resumed.handle, number, chunk)
+                with self._db() as db:
+                    db.execute(
+                        "INSERT OR REPLACE INTO parts VALUES (?, ?, ?)", (log_id, number, etag)
+                    )
+                    now = self.clock()
+                    db.execute(
+                        "INSERT INTO transfers (log_id, part_number, bytes, day, at) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        (log_id, number, len(chunk), now.date().isoformat(), now.isoformat()),
+                    )
+                parts[number] = etag
+                outcome.parts_sent += 1
+                outcome.bytes_sent += len(chunk)
+                if on_progress is not None:
+                    on_progress("part", log_id, number)
+            stat = lake.complete_upload(resumed.handle, parts)
+            if on_progress is not None:
+                on_progress("completed", log_id, len(parts))
+            if stat.size != row["size"]:
+                raise RuntimeError(
+                    f"log {log_id}: the lake holds {stat.size} bytes after upload, not "
+                    f"{row['size']}"
+                )
+        with self._db() as db:
+            db.execute(
+                "UPDATE logs SET state = ?, finished_at = ? WHERE log_id = ?",
+                (UPLOADED, self.clock().isoformat(), log_id),
+            )
+            self._event(
+                db,
+                "uploaded",
+                log_id,
+                branch=resumed.handle.branch,
+                key=resumed.handle.key,
+                recovered=resumed.finished,
+            )
+        self._data_path(log_id).unlink(missing_ok=True)
+        outcome.completed = True
+        return outcome
+
+    @staticmethod
+    def _commit(lake: VersionedLake, branch: str, metadata: dict[str, str]) -> str | None:
+        """Commit the logs completed on ``branch`` (and any a crashed drain left staged)."""
+        staged = [entry for entry in lake.uncommitted(branch) if entry.key.startswith(LOG_PREFIX)]
+        if not staged:
+            return None
+        total = sum(entry.size or 0 for entry in staged)
+        return lake.commit(
+            branch,
+            f"outbox upload: {len(staged)} log(s)",
+            {
+                "kind": "ingest-upload",
+                "log_count": str(len(staged)),
+                "total_bytes": str(total),
+                **metadata,
+            },
+        )
+
+    # -------------------------------------------------------------------------- report
+    def status(self) -> dict[str, object]:
+        """Backlog and bytes sent per class, today's budget use, evictions (for telemetry)."""
+        with self._db() as db:
+            backlog = {
+                row["class"]: {"logs": row["logs"], "bytes": row["bytes"]}
+                for row in db.execute(
+                    "SELECT class, COUNT(*) AS logs, SUM(size) AS bytes FROM logs "
+                    f"WHERE state IN {OPEN_STATES} GROUP BY class"
+                )
+            }
+            sent = {
+                row["class"]: row["bytes"]
+                for row in db.execute(
+                    "SELECT logs.class AS class, SUM(transfers.bytes) AS bytes FROM transfers "
+                    "JOIN logs USING (log_id) GROUP BY logs.class"
+                )
+            }
+            evictions = [
+                {"log_id": row["log_id"], "at": row["at"], **json.loads(row["detail"])}
+                for row in db.execute(
+                    "SELECT * FROM events WHERE kind = 'evicted' ORDER BY id"
+                ).fetchall()
+            ]
+            sent_today = self._sent_today(db)
+        return {
+            "backlog": backlog,
+            "bytes_sent_by_class": sent,
+            "sent_today_bytes": sent_today,
+            "daily_budget_bytes": self.settings.daily_budget_bytes,
+            "evictions": evictions,
+        }
+
+    def states(self) -> dict[str, str]:
+        with self._db() as db:
+            return {
+                row["log_id"]: row["state"]
+                for row in db.execute("SELECT log_id, state FROM logs ORDER BY seq")
+            }
+
+    def transfers(self) -> list[tuple[str, int]]:
+        """(log id, part number) of every part sent, in order (what went over the air)."""
+        with self._db() as db:
+            return [
+                (row["log_id"], row["part_number"])
+                for row in db.execute("SELECT log_id, part_number FROM transfers ORDER BY id")
+            ]
+
+
+@dataclass
+class _Resumed:
+    handle: UploadHandle
+    parts: dict[int, str]
+    finished: bool
+
+
+@dataclass
+class _Outcome:
+    branch: str | None = None
+    completed: bool = False
+    stopped_by: str = ""
+    parts_sent: int = 0
+    bytes_sent: int = 0
