@@ -258,6 +258,7 @@ def regression_report(
         records_by_id(library),
         gates,
         first_release=str(identity["production_version"]) == BOOTSTRAP_VERSION,
+        production_version=str(identity["production_version"]),
     )
     report = build_report(
         identity, rows, gate, shards=shards, gates_version=str(gates.get("version", ""))
@@ -339,6 +340,7 @@ def regression_no_new_failures(
         records,
         load_resource_yaml("gates.yaml"),
         first_release=bool(report["aggregate"].get("first_release")),
+        production_version=str(report["production"]["model_version"]),
     )
     return dg.AssetCheckResult(
         passed=gate.passed,

@@ -28,7 +28,9 @@ Pure functions over per-episode metrics, thresholds from ``gates.yaml`` ``simula
   floor) are judged and reported beside the two, never gated themselves; the oracle decides
   one thing: an earlier fix binds only where the oracle passes the scenario
   (``fixes_bind_only_where_the_oracle_passes``): what the planner fails with perfect
-  perception no perception engine can be held to, and the "fix" was a lucky draw of seeds;
+  perception no perception engine can be held to, and the "fix" was a lucky draw of seeds —
+  as it was when the fixing version is production and fails the scenario on the same seeds
+  (``fixes_bind_only_while_the_fixer_passes``);
 * a verdict that would fail the gate is confirmed on more seeds first (simulation.yaml
   ``episode.confirm_seeds``, :func:`needs_confirmation`; the shard runs them);
 * a regression *against production* — a new failure, a pass-rate drop, an at-fault rate over
@@ -209,6 +211,7 @@ class ScenarioComparison:
     model_zero: Sequence[Mapping[str, Any]] = ()
     oracle_verdict: ScenarioResult | None = None
     model_zero_verdict: ScenarioResult | None = None
+    production_version: str | None = None  # the model version production is, when known
 
     def result(self, role: str) -> ScenarioResult | None:
         return getattr(self, f"{role}_verdict")
@@ -227,6 +230,7 @@ def compare_outcomes(
     outcomes: Sequence[Mapping[str, Any]],
     records: Mapping[str, Mapping[str, Any]],
     gates: Mapping[str, Any] | None = None,
+    production_version: str | None = None,
 ) -> list[ScenarioComparison]:
     """Verdicts for every outcome row (``scenario_id``, ``slice``, ``kind``, ``road_type``, and
     per role — ``candidate``, ``production``, optionally ``oracle`` and ``model_zero`` — the
@@ -270,6 +274,7 @@ def compare_outcomes(
                 model_zero=episodes[ROLE_MODEL_ZERO],
                 oracle_verdict=results[ROLE_ORACLE],
                 model_zero_verdict=results[ROLE_MODEL_ZERO],
+                production_version=production_version,
             )
         )
     return comparisons
@@ -281,14 +286,16 @@ def evaluate_gate(
     gates: Mapping[str, Any] | None = None,
     *,
     first_release: bool = False,
+    production_version: str | None = None,
 ) -> GateResult:
     """The regression gate over every simulated scenario; see the module docstring.
 
     ``first_release``: production is model zero (nothing released yet), so the absolute
-    ``first_release`` limits replace the comparison with production.
+    ``first_release`` limits replace the comparison with production. ``production_version``:
+    which model version production is (a fix by that version is checked on its own episodes).
     """
     section = gate_section(gates)
-    comparisons = compare_outcomes(outcomes, records, section)
+    comparisons = compare_outcomes(outcomes, records, section, production_version)
     failures: list[str] = []
     if not comparisons:
         failures.append("no scenarios were simulated: an empty library proves nothing")
@@ -384,11 +391,19 @@ def binding_fix(comparison: ScenarioComparison, section: Mapping[str, Any]) -> b
     ``fixes_bind_only_where_the_oracle_passes`` — the oracle (ground-truth perception, the
     ceiling of this planner) fails the scenario on the same seeds: what the planner cannot
     pass with perfect perception is beyond any perception engine, and the earlier "fix" was a
-    lucky draw of seeds. Such a scenario is still reported, and the pass-rate drop against
-    production still applies to it.
+    lucky draw of seeds. Likewise, with ``fixes_bind_only_while_the_fixer_passes``, when the
+    version that fixed it is production and fails it itself on the same seeds. Such a scenario
+    is still reported, and the comparison with production still applies to it.
     """
     if not comparison.first_fixed_by or not bool(section.get("previously_fixed_must_pass", True)):
         return False
+    fixer_is_production = str(comparison.first_fixed_by) == str(comparison.production_version)
+    if (
+        bool(section.get("fixes_bind_only_while_the_fixer_passes", False))
+        and fixer_is_production
+        and not comparison.production_verdict.passed
+    ):
+        return False  # the version that "fixed" it fails it itself on these seeds
     oracle = comparison.oracle_verdict
     if bool(section.get("fixes_bind_only_where_the_oracle_passes", False)) and oracle:
         return oracle.passed
@@ -413,7 +428,11 @@ def needs_confirmation(
     section = gate_section(gates)
     # Every recorded fix counts here: whether the oracle passes the scenario is judged on the
     # pooled seeds, after confirmation.
-    every_fix = {**section, "fixes_bind_only_where_the_oracle_passes": False}
+    every_fix = {
+        **section,
+        "fixes_bind_only_where_the_oracle_passes": False,
+        "fixes_bind_only_while_the_fixer_passes": False,
+    }
     # Whether the pooled seeds put a regression beyond chance is judged after confirmation.
     return (
         scenario_failure(

@@ -176,7 +176,7 @@ def run_shard(
             for scenario in scenarios
         ]
         first_release = production.name == BOOTSTRAP_VERSION
-        comparisons = compare_outcomes(rows, records_by_id(library), gates)
+        comparisons = compare_outcomes(rows, records_by_id(library), gates, production.name)
         confirmed = [
             c.scenario_id
             for c in comparisons

@@ -534,3 +534,34 @@ def test_an_engine_against_itself_on_independent_seeds_is_certified():
     assert certify_rate(2, 30, repository, regression=(1, 0.95)) <= 0.05
     assert certify_rate(3, 60, repository, regression=(3, 0.8)) <= 0.05
     assert certify_rate(3, 60, repository, regression=(3, 0.6)) <= 0.25
+
+
+def test_a_fix_its_own_fixer_fails_on_the_same_seeds_does_not_bind():
+    """Seed 11's cycle 2: v1 "fixed" a cut-in scenario; on the report's nine seeds v1 itself
+    (production) passes 3, the candidate 5, the oracle 8. The candidate is better than the
+    fixer: no regressed fix. Where the fixer still passes, the fix binds."""
+    records = {"a": {"first_failed_by": "0", "first_fixed_by": "1"}}
+    brakes = m(brakes=7)
+    candidate = seeds(*[m()] * 5, *[brakes] * 4)  # 5/9
+    fixer = seeds(*[m()] * 3, *[brakes] * 6)  # 3/9
+    oracle = seeds(*[m()] * 8, brakes)
+    section = gates(
+        fixes_bind_only_where_the_oracle_passes=True, fixes_bind_only_while_the_fixer_passes=True
+    )
+    rows = [row("a", candidate, fixer, oracle=oracle)]
+    result = evaluate_gate(rows, records, section, production_version="1")
+    assert result.passed, result.failures
+    assert result.comparisons[0].status == "regressed_fix"  # still reported as such
+    # Production is another version than the fixer: the fix binds as before.
+    other = evaluate_gate(rows, records, section, production_version="2")
+    assert other.failures[0].startswith("regressed fix a: fixed by model version 1")
+    assert evaluate_gate(rows, records, section).failures[0].startswith("regressed fix a")
+    # The fixer still passes it on these seeds: the fix binds.
+    held = [row("a", candidate, seeds(*[m()] * 9), oracle=oracle)]
+    assert not evaluate_gate(held, records, section, production_version="1").passed
+    # Switched off, every fix binds.
+    strict = gates(fixes_bind_only_where_the_oracle_passes=True)
+    assert not evaluate_gate(rows, records, strict, production_version="1").passed
+    # Confirmation judges every fix (the pooled seeds decide afterwards).
+    (comparison,) = compare_outcomes(rows, records, section, "1")
+    assert needs_confirmation(comparison, section)
