@@ -116,6 +116,23 @@ class FleetUpload:
     frames: int  # camera frames in the landed logs (a corrupted copy counts its original's)
 
 
+def _drive(
+    assignment: FleetAssignment, *, vehicles: int, episodes: int, seed: int, console: Console
+) -> tuple[list, list[EpisodeDrive]]:
+    """Every car's drives with its assigned engine: the kept logs and the drives themselves."""
+    drives: list[EpisodeDrive] = []
+    logs = drive_fleet_logs(
+        vehicles=vehicles,
+        episodes=episodes,
+        seed=seed,
+        console=console,
+        engine_for_vehicle=assignment.engine_for,
+        on_episode=drives.append,
+        shadow_for_vehicle=assignment.shadow_for,
+    )
+    return logs, drives
+
+
 def drive_and_upload(
     lake: VersionedLake,
     assignment: FleetAssignment,
@@ -129,15 +146,8 @@ def drive_and_upload(
     console: Console,
 ) -> FleetUpload:
     """Drive, then land logs (plus ``faulty_logs`` corrupted copies) and telemetry."""
-    drives: list[EpisodeDrive] = []
-    logs = drive_fleet_logs(
-        vehicles=vehicles,
-        episodes=episodes,
-        seed=seed,
-        console=console,
-        engine_for_vehicle=assignment.engine_for,
-        on_episode=drives.append,
-        shadow_for_vehicle=assignment.shadow_for,
+    logs, drives = _drive(
+        assignment, vehicles=vehicles, episodes=episodes, seed=seed, console=console
     )
     uploads = [(log_id, data) for log_id, data, _ in logs]
     uploads += [(f"{log_id}-truncated", corrupt(data)) for log_id, data in uploads[:faulty_logs]]
@@ -194,16 +204,7 @@ def drive_for_telemetry(
 ) -> TelemetryDrive:
     """Drive and land only telemetry: the small per-drive records a car sends at once, while
     its logs wait in the car's outbox for a later upload window (the demo stops first)."""
-    drives: list[EpisodeDrive] = []
-    drive_fleet_logs(
-        vehicles=vehicles,
-        episodes=episodes,
-        seed=seed,
-        console=console,
-        engine_for_vehicle=assignment.engine_for,
-        on_episode=drives.append,
-        shadow_for_vehicle=assignment.shadow_for,
-    )
+    _, drives = _drive(assignment, vehicles=vehicles, episodes=episodes, seed=seed, console=console)
     records = telemetry_records(drives, assignment, batch_id)
     telemetry = land_telemetry(lake, batch_id, records, metadata={"seed": str(seed)})
     return TelemetryDrive(

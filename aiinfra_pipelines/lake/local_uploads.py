@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import uuid
 from pathlib import Path
+
+from aiinfra_pipelines.durable import write_durably
 
 from .errors import LakeError, NotFoundError
 from .port import UploadHandle
@@ -60,7 +61,7 @@ class LocalUploads:
         upload = UploadHandle(branch=branch, key=key, upload_id=uuid.uuid4().hex)
         path = self.folder / upload.upload_id
         path.mkdir(parents=True)
-        _write_atomically(
+        write_durably(
             path / MANIFEST,
             json.dumps({"repository": self.repository, "branch": branch, "key": key}).encode(),
         )
@@ -70,7 +71,7 @@ class LocalUploads:
         if not 1 <= int(part_number) <= MAX_PART_NUMBER:
             raise LakeError(f"part number {part_number} outside 1..{MAX_PART_NUMBER}")
         path = self._dir(upload)
-        _write_atomically(path / f"part-{int(part_number):05d}", bytes(data))
+        write_durably(path / f"part-{int(part_number):05d}", bytes(data))
         return part_etag(bytes(data))
 
     def parts(self, upload: UploadHandle) -> dict[int, str]:
@@ -104,12 +105,3 @@ class LocalUploads:
 
     def discard(self, upload: UploadHandle) -> None:
         shutil.rmtree(self.folder / upload.upload_id, ignore_errors=True)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with temporary.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)

@@ -25,15 +25,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import sqlite3
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from aiinfra_pipelines.durable import write_durably
 from aiinfra_pipelines.lake.errors import NotFoundError
 from aiinfra_pipelines.lake.layout import LOG_PREFIX, LOG_SUFFIX
 from aiinfra_pipelines.lake.port import UploadHandle, VersionedLake
@@ -153,13 +152,7 @@ class Outbox:
             if known["sha256"] != sha:
                 raise ValueError(f"log {log_id} is already in the outbox with other content")
             return priority.name
-        path = self._data_path(log_id)
-        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        with temporary.open("wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        write_durably(self._data_path(log_id), data)
         with self._db() as db:
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM logs").fetchone()[0]
             db.execute(
