@@ -142,6 +142,7 @@ def run_demo(
                     console,
                     vehicles=vehicles,
                     episodes=closing_episodes,
+                    max_rounds=int(settings["closing_drive"]["max_rounds"]),
                     seed=seed + cycles,
                     batch_id=f"{batch_name(cycle, seed)}-closing",
                     settle_s=float(settings["settle_s"]),

@@ -33,45 +33,59 @@ def closing_drive(
     *,
     vehicles: int,
     episodes: int,
+    max_rounds: int,
     seed: int,
     batch_id: str,
     settle_s: float,
 ) -> dict[str, Any] | None:
-    """Drive ``episodes`` per car, land the telemetry, wait for the rollout's decision.
+    """Rounds of ``episodes`` drives per car, telemetry landed after each, until the rollout
+    decides (anything but "waiting" for a bigger sample) or ``max_rounds`` were driven: a
+    canary of one car needs more than one round to reach its minimum frames.
 
     Returns what the summary records (``None`` when no rollout is underway: nothing to judge).
     """
-    assignment = fleet_assignment(lake)
-    if assignment.rollout is None or assignment.candidate is None:
-        console.print("[bold]closing drive[/] skipped: no release is rolling out")
+    totals = {"rounds": 0, "drives": 0, "candidate_drives": 0, "frames_driven": 0}
+    totals["telemetry_records"] = 0
+    state: dict[str, Any] = {}
+    last: dict[str, Any] = {}
+    for round_number in range(1, max_rounds + 1):
+        assignment = fleet_assignment(lake)
+        if assignment.rollout is None or assignment.candidate is None:
+            console.print("[bold]closing drive[/] skipped: no release is rolling out")
+            break
+        console.print(
+            f"[bold]closing drive[/] round {round_number}: {vehicles} cars × {episodes} drives, "
+            f"telemetry only: {assignment.describe()}"
+        )
+        drive = drive_for_telemetry(
+            lake,
+            assignment,
+            vehicles=vehicles,
+            episodes=episodes,
+            seed=seed + round_number - 1,
+            batch_id=f"{batch_id}-{round_number}",
+            console=console,
+        )
+        wait_for_telemetry(instance, drive.telemetry.branch, daemon, deadline, console)
+        wait_until_quiet(instance, lake, daemon, deadline, console, settle_s)
+        totals["rounds"] += 1
+        totals["drives"] += drive.drives
+        totals["candidate_drives"] += drive.candidate_drives
+        totals["frames_driven"] += drive.frames_driven
+        totals["telemetry_records"] += drive.telemetry.records
+        state = read_current(lake) or {}
+        last = (state.get("history") or [{}])[-1]
+        console.print(
+            f"[bold]rollout[/] model version {state.get('model_version')}: {state.get('status')} "
+            f"at {state.get('stage')} — {escape(str(last.get('event', '')))}: "
+            f"{escape(str(last.get('reason', ''))[:120])}"
+        )
+        if last.get("event") != "waiting":
+            break
+    if not totals["rounds"]:
         return None
-    console.print(
-        f"[bold]closing drive[/] {vehicles} cars × {episodes} drives, telemetry only: "
-        f"{assignment.describe()}"
-    )
-    drive = drive_for_telemetry(
-        lake,
-        assignment,
-        vehicles=vehicles,
-        episodes=episodes,
-        seed=seed,
-        batch_id=batch_id,
-        console=console,
-    )
-    wait_for_telemetry(instance, drive.telemetry.branch, daemon, deadline, console)
-    wait_until_quiet(instance, lake, daemon, deadline, console, settle_s)
-    state = read_current(lake) or {}
-    last = (state.get("history") or [{}])[-1]
-    console.print(
-        f"[bold]rollout[/] model version {state.get('model_version')}: {state.get('status')} at "
-        f"{state.get('stage')} — {escape(str(last.get('event', '')))}: "
-        f"{escape(str(last.get('reason', ''))[:120])}"
-    )
     return {
-        "drives": drive.drives,
-        "candidate_drives": drive.candidate_drives,
-        "frames_driven": drive.frames_driven,
-        "telemetry_records": drive.telemetry.records,
+        **totals,
         "model_version": state.get("model_version"),
         "rollout": {"stage": state.get("stage"), "status": state.get("status")},
         "decision": {"event": last.get("event"), "reason": last.get("reason")},
