@@ -44,8 +44,9 @@ def closing_drive(
 
     Returns what the summary records (``None`` when no rollout is underway: nothing to judge).
     """
-    totals = {"rounds": 0, "drives": 0, "candidate_drives": 0, "frames_driven": 0}
-    totals["telemetry_records"] = 0
+    totals = dict.fromkeys(
+        ("rounds", "drives", "candidate_drives", "frames_driven", "telemetry_records"), 0
+    )
     state: dict[str, Any] = {}
     last: dict[str, Any] = {}
     for round_number in range(1, max_rounds + 1):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiinfra_pipelines.datasets.selection import read_json_if_exists
 from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
@@ -55,10 +56,8 @@ def gated_against(lake: VersionedLake, model_version: str, ref: str = MAIN_BRANC
     field, or they disagree (the reference moved between the two gates)."""
     versions: set[str] = set()
     for gate in REFERENCE_GATES:
-        key = default_report_key(str(model_version), gate)
-        if not lake.object_exists(ref, key):
-            return None
-        version = lake.get_json(ref, key).get("reference_version")
+        report = read_json_if_exists(lake, default_report_key(str(model_version), gate), ref)
+        version = (report or {}).get("reference_version")
         if version is None:
             return None
         versions.add(str(version))

@@ -301,7 +301,8 @@ def evaluate_gate(
         failures.append("no scenarios were simulated: an empty library proves nothing")
     if first_release:
         return _first_release_gate(comparisons, section, failures)
-    failures += [f for c in comparisons if (f := scenario_failure(c, section)) is not None]
+    scenario_failures = {c.scenario_id: scenario_failure(c, section) for c in comparisons}
+    failures += [f for f in scenario_failures.values() if f is not None]
     budgets = section.get("budgets") or {}
     aggregate = _rates(comparisons)
     increase = _at_fault_rate_increase(aggregate)
@@ -313,8 +314,8 @@ def evaluate_gate(
     aggregate["within_chance"] = [
         c.scenario_id
         for c in comparisons
-        if scenario_failure(c, section, require_significance=False) is not None
-        and scenario_failure(c, section) is None
+        if scenario_failures[c.scenario_id] is None
+        and scenario_failure(c, section, require_significance=False) is not None
     ]
     if comparisons and increase > budget + _EPS and beyond:
         failures.append(

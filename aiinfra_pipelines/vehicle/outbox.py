@@ -171,17 +171,21 @@ class Outbox:
                 ),
             )
             self._event(db, "enqueued", log_id, priority=priority.name, bytes=len(data))
-            self._evict_over_cap(db)
+            evicted = self._evict_over_cap(db)
+        # Files go only once the evictions are committed: a queued row always has its bytes.
+        for evicted_id in evicted:
+            self._data_path(evicted_id).unlink(missing_ok=True)
         return priority.name
 
-    def _evict_over_cap(self, db: sqlite3.Connection) -> None:
-        """Evict queued (not half-sent) logs of evictable classes, lowest class and oldest
-        first, until the cache is within its cap."""
+    def _evict_over_cap(self, db: sqlite3.Connection) -> list[str]:
+        """Mark queued (not half-sent) logs of evictable classes evicted, lowest class and
+        oldest first, until the cache is within its cap; returns their ids."""
+        evicted: list[str] = []
         cached = db.execute(
             f"SELECT COALESCE(SUM(size), 0) FROM logs WHERE state IN {OPEN_STATES}"
         ).fetchone()[0]
         if cached <= self.settings.cache_cap_bytes:
-            return
+            return evicted
         evictable = [p.name for p in self.settings.classes if p.evictable]
         candidates = db.execute(
             "SELECT log_id, class, size FROM logs WHERE state = ? ORDER BY rank DESC, seq ASC",
@@ -204,8 +208,9 @@ class Outbox:
                 bytes=row["size"],
                 reason=f"cache over its cap of {self.settings.cache_cap_bytes} bytes",
             )
-            self._data_path(row["log_id"]).unlink(missing_ok=True)
+            evicted.append(row["log_id"])
             cached -= row["size"]
+        return evicted
 
     # --------------------------------------------------------------------------- drain
     def drain(
