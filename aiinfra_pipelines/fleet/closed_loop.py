@@ -7,6 +7,13 @@ byte-identical to the logs it always produced) or from an :class:`Engine` — th
 the car saw it, after degradation, goes through ``engine.infer`` and its occupancy, lead gap and
 confidence drive the same :class:`RulePlanner`, low-confidence fallback included.
 
+Between perception and planner sits the car's degradation monitor (``vehicle.degradation``),
+fed every step with the engine's confidence, its error (an engine that raises leaves the car
+without perception for that step, never crashes the loop), the perception latency and the
+camera frame's age (:class:`~aiinfra_pipelines.fleet.health.SimulatedHealth`: unjudged and
+fresh unless injected, so episodes stay deterministic); the planner acts in the state it keeps,
+and every transition is in the metrics with its step, cause and detail.
+
 Metrics are measured on privileged ground truth (what really happened), never on what the
 engine believed: collision, minimum time-to-collision to the lead, progress, hard brakes, jerk,
 fallback activations, and per-step wall-clock timings of simulator, perception and planner.
@@ -27,6 +34,7 @@ import numpy as np
 
 from aiinfra_pipelines.fleet.camera import EgoCamera
 from aiinfra_pipelines.fleet.degradation import degrade
+from aiinfra_pipelines.fleet.health import SimulatedHealth
 from aiinfra_pipelines.fleet.perception import (
     Perception,
     fill_missing_lanes,
@@ -37,6 +45,14 @@ from aiinfra_pipelines.fleet.scripted import ScriptedEvent, ScriptedTraffic
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
 from aiinfra_pipelines.fleet.triggers import TriggerConfig, load_trigger_config
 from aiinfra_pipelines.logs.model import OtherVehicle
+from aiinfra_pipelines.vehicle.degradation import (
+    DEGRADED,
+    MINIMAL_RISK,
+    DegradationMonitor,
+    DegradationStatus,
+    FrameHealth,
+)
+from aiinfra_pipelines.vehicle.degradation_settings import DegradationSettings
 
 if TYPE_CHECKING:
     from aiinfra_pipelines.fleet.sensors import SensorRig
@@ -146,6 +162,12 @@ class EpisodeMetrics:
     shadow_agreements: int = 0  # steps where the shadow plan chose the driven action
     # The frame before the first collision, as :func:`collision_record` describes it.
     collision_detail: dict[str, Any] | None = None
+    # The degradation state machine: every transition ({step, timestamp_ns from the episode's
+    # start, from_state, to_state, cause, detail}), steps spent outside nominal, engine errors.
+    degradation_transitions: list[dict[str, Any]] = field(default_factory=list)
+    degraded_steps: int = 0
+    minimal_risk_steps: int = 0
+    engine_errors: int = 0
 
     TIMING_FIELDS = ("simulator_ms", "perception_ms", "planner_ms")
 
@@ -212,6 +234,8 @@ def run_episode(
     shadow_engine: Engine | None = None,
     rig: SensorRig | None = None,
     sensor_rng: np.random.Generator | None = None,
+    degradation: DegradationSettings | None = None,
+    health: SimulatedHealth | None = None,
 ) -> EpisodeMetrics:
     """Drive one episode closed-loop and return its metrics.
 
@@ -223,7 +247,9 @@ def run_episode(
     the metrics count how often its decision matched the driven one. ``rig`` (with an
     ``observer``) also captures the rear camera, from the front camera's canvas, and the LiDAR;
     the rear frame is degraded with ``sensor_rng`` so the front camera's noise stream, and
-    with it every front frame, is the same with or without the rig.
+    with it every front frame, is the same with or without the rig. ``degradation`` configures
+    the car's degradation monitor (vehicle.yaml when ``None``) and ``health`` says what it is
+    told about latency and sensor age (see :mod:`aiinfra_pipelines.fleet.health`).
     """
     cfg = fleet_config(config)
     metric_cfg = metrics_config or MetricsConfig.from_triggers()
@@ -234,7 +260,10 @@ def run_episode(
     bins = [float(b) for b in cfg["perception"]["bin_edges_m"]]
     max_range = float(cfg["perception"]["max_range_m"])
 
+    period_ns = round(1e9 / rate_hz)
     planner = RulePlanner(cfg)
+    monitor = DegradationMonitor(degradation)
+    health = health or SimulatedHealth()
     shadow_planner = RulePlanner(cfg) if shadow_engine is not None else None
     # highway-env (and pygame, matplotlib) load here, not when the code location is imported:
     # every Dagster run process imports this module, few of them simulate.
@@ -309,14 +338,28 @@ def run_episode(
                     trace.simulator_ms.append(sensed_s * 1e3)
                     break
                 started = time.perf_counter()
+                engine_error = None
                 if engine is None:
                     perception = perception_from_ground_truth(
                         others, ego.lane_index, ego.lane_count, bins, max_range
                     )
                 else:
-                    perception = engine_perception(engine, seen, ego.lane_index, ego.lane_count)
+                    try:
+                        perception = engine_perception(engine, seen, ego.lane_index, ego.lane_count)
+                    except Exception as error:  # any engine failure: the car drives on
+                        perception, engine_error = None, _error_line(error)
                 perceived = time.perf_counter()
-                decision = planner.act(perception, speed)
+                now_ns = step * period_ns
+                status = monitor.update(
+                    FrameHealth(
+                        timestamp_ns=now_ns,
+                        confidence=None if perception is None else perception.confidence,
+                        engine_error=engine_error,
+                        latency_ms=health.perception_latency_ms(step, (perceived - started) * 1e3),
+                        sensor_timestamp_ns=now_ns - health.sensor_age_ns(step),
+                    )
+                )
+                decision = planner.act_in_state(status.state, perception, speed, status.cause)
                 planned = time.perf_counter()
                 if shadow_planner is not None:
                     shadow = shadow_planner.act(
@@ -329,7 +372,12 @@ def run_episode(
                 _, _, terminated, truncated, _ = env.step(decision.action)
                 stepped = time.perf_counter()
                 done = bool(terminated or truncated)  # record the final state, then stop
-                trace.decide(decision.name, decision.fallback, perception.confidence)
+                trace.decide(
+                    decision.name,
+                    decision.fallback,
+                    0.0 if perception is None else perception.confidence,
+                )
+                trace.degradation(step, status, engine_error is not None)
                 trace.simulator_ms.append((sensed_s + stepped - planned) * 1e3)
                 trace.perception_ms.append((perceived - started) * 1e3)
                 trace.planner_ms.append((planned - perceived) * 1e3)
@@ -359,6 +407,9 @@ class _Trace:
     perception_ms: list[float] = field(default_factory=list)
     planner_ms: list[float] = field(default_factory=list)
     shadow_agreed: list[bool] = field(default_factory=list)
+    states: list[str] = field(default_factory=list)
+    transitions: list[dict[str, Any]] = field(default_factory=list)
+    engine_errors: int = 0
     footprints: list[EgoFootprint] = field(default_factory=list)
     previous_others: list[OtherVehicle] = field(default_factory=list)
     # (frame index of the first crash, the vehicle ego collided with as seen one frame before)
@@ -366,6 +417,12 @@ class _Trace:
 
     def shadow(self, agreed: bool) -> None:
         self.shadow_agreed.append(bool(agreed))
+
+    def degradation(self, step: int, status: DegradationStatus, engine_error: bool) -> None:
+        self.states.append(status.state)
+        self.engine_errors += int(engine_error)
+        if status.transition is not None:
+            self.transitions.append({"step": int(step), **status.transition.to_dict()})
 
     def observe(
         self,
@@ -442,6 +499,10 @@ class _Trace:
             shadow_steps=len(self.shadow_agreed),
             shadow_agreements=int(sum(self.shadow_agreed)),
             collision_detail=self._collision_detail(dt_s),
+            degradation_transitions=list(self.transitions),
+            degraded_steps=self.states.count(DEGRADED),
+            minimal_risk_steps=self.states.count(MINIMAL_RISK),
+            engine_errors=self.engine_errors,
         )
 
     def _collision_detail(self, dt_s: float) -> dict[str, Any] | None:
@@ -511,6 +572,12 @@ def collision_record(
             "lane_offset": int(partner.lane_offset),
         }
     return record
+
+
+def _error_line(error: Exception) -> str:
+    """An engine error as one line for the transition record (runtimes append stack dumps)."""
+    first = next(iter(str(error).splitlines()), "")
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 def _onsets(flags: np.ndarray) -> int:

@@ -15,6 +15,12 @@ Rule priority, first match wins:
 Time-to-collision needs the closing speed, which a single perception frame does not carry; the
 planner estimates it from the change of ``lead_gap_m`` between consecutive calls. That is its
 only state (plus a lane-change cooldown); call :meth:`RulePlanner.reset` between episodes.
+
+Above the rules sits the car's degradation state (``vehicle.degradation``), which
+:meth:`RulePlanner.act_in_state` obeys: ``nominal`` runs the rules (so a single low-confidence
+frame still takes rule 1); ``degraded`` and a frame without perception (the engine raised) take
+the conservative fallback, SLOWER in lane; ``minimal_risk`` keeps slowing, in lane, to a stop
+(or the lowest speed the road's action space has).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import numpy as np
 
 from aiinfra_pipelines.fleet.perception import LEFT_ROW, RIGHT_ROW, Perception
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
+from aiinfra_pipelines.vehicle.degradation import DEGRADED, MINIMAL_RISK, NOMINAL, STATES
 
 # highway-env DiscreteMetaAction.ACTIONS_ALL (checked against highway_env in the tests; this
 # module stays importable without the simulator so a car-side build can use it).
@@ -141,6 +148,32 @@ class RulePlanner:
         if gap >= c.free_road_gap_m and time_gap >= c.free_road_time_gap_s:
             return _decide(FASTER, "road ahead free")
         return _decide(IDLE, "follow lead")
+
+    def act_in_state(
+        self,
+        state: str,
+        perception: Perception | None,
+        ego_speed: float,
+        cause: str = "",
+    ) -> PlannerDecision:
+        """The action for the car's degradation ``state`` (``cause``: why it is there).
+
+        ``perception`` is ``None`` when the engine produced nothing this frame. Outside
+        ``nominal`` the rules do not run, but the lead gap is still tracked (so closing speed is
+        right again on recovery) and the lane-change cooldown still runs down.
+        """
+        if state not in STATES:
+            raise ValueError(f"unknown degradation state {state!r}; known: {list(STATES)}")
+        if state == NOMINAL and perception is not None:
+            return self.act(perception, ego_speed)
+        self._previous_gap = None if perception is None else perception.lead_gap_m
+        self._cooldown = max(0, self._cooldown - 1)
+        why = f" ({cause})" if cause else ""
+        if state == MINIMAL_RISK:
+            return _decide(SLOWER, f"minimal risk{why}: slow to a stop in lane", fallback=True)
+        if state == DEGRADED:
+            return _decide(SLOWER, f"degraded{why}: conservative fallback", fallback=True)
+        return _decide(SLOWER, "no perception this frame", fallback=True)
 
     def _lane_free(self, perception: Perception, row: int) -> bool:
         cells = perception.occupancy[row, self._clear_bins]

@@ -1,10 +1,10 @@
 """Vehicle-side trigger rules and segment selection (the fleet's upload filter).
 
 A car cannot upload everything it records. It evaluates cheap rules per frame (hard braking,
-low time-to-collision, lane changes, near collisions, and difficult conditions) and uploads only
-time windows around frames where a rule fired. Rules and windows are data in
-``resources/triggers.yaml``; its ``version`` is stamped into every log so a dataset can tell
-which filter produced it.
+low time-to-collision, lane changes, near collisions, changes of its degradation state, and
+difficult conditions) and uploads only time windows around frames where a rule fired. Rules
+and windows are data in ``resources/triggers.yaml``; its ``version`` is stamped into every log
+so a dataset can tell which filter produced it.
 """
 
 from __future__ import annotations
@@ -54,13 +54,16 @@ class FrameContext:
     ``crashed[i]`` is the simulator's collision flag; ``road_edges[i]`` names the road piece
     (highway-env lane graph edge) so a lane-index change caused by entering a new road piece
     (e.g. a roundabout ring) is not mistaken for a lane change. Both are optional: a real fleet
-    has neither and the rules then rely on the frames alone.
+    has neither and the rules then rely on the frames alone. ``degradation_levels[i]`` is the
+    car's degradation state at frame i (``vehicle.degradation.STATE_LEVELS``: 0 nominal);
+    without it the ``degradation`` rule never fires.
     """
 
     weather: str
     lighting: str
     crashed: Sequence[bool] | None = None
     road_edges: Sequence[str] | None = None
+    degradation_levels: Sequence[int] | None = None
 
 
 _RESERVED_KEYS = {"enabled", "pre_s", "post_s", "cooldown_s", "threshold"}
@@ -133,6 +136,16 @@ def _near_collision(
     return gap < _threshold(rule), gap
 
 
+def _degradation(frames: Sequence[Frame], i: int, rule: TriggerRule, ctx: FrameContext) -> Signal:
+    """The degradation state changed at this frame (value: the new state's level), so every
+    transition the car logs lands in an uploaded segment."""
+    levels = ctx.degradation_levels
+    if levels is None:
+        return False, 0.0
+    previous = levels[i - 1] if i > 0 else 0
+    return levels[i] != previous, float(levels[i])
+
+
 def _condition(attribute: str, value: str) -> Evaluator:
     def evaluate(frames: Sequence[Frame], i: int, rule: TriggerRule, ctx: FrameContext) -> Signal:
         return getattr(ctx, attribute) == value, 1.0
@@ -145,6 +158,7 @@ RULE_EVALUATORS: dict[str, Evaluator] = {
     "low_ttc": _low_ttc,
     "lane_change": _lane_change,
     "near_collision": _near_collision,
+    "degradation": _degradation,
     "night": _condition("lighting", "night"),
     "rain": _condition("weather", "rain"),
     "fog": _condition("weather", "fog"),

@@ -160,6 +160,7 @@ def anonymize_log(log: DriveLog, key: bytes, gps_decimals: int | None = None) ->
         frames=[_anonymize_frame(frame, decimals) for frame in log.frames],
         events=list(log.events),
         recording=log.recording,
+        degradation=list(log.degradation),
     )
 
 

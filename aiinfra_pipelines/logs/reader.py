@@ -42,12 +42,14 @@ from aiinfra_pipelines.logs.model import (
     SIMULATED_PROFILE,
     TOPIC_CAMERA,
     TOPIC_CAN,
+    TOPIC_DEGRADATION,
     TOPIC_GROUND_TRUTH,
     TOPIC_LIDAR,
     TOPIC_LOCATION,
     TOPIC_POSE,
     TOPIC_REAR_CAMERA,
     TOPIC_TRIGGERS,
+    DegradationEvent,
     DriveLog,
     Frame,
     OtherVehicle,
@@ -383,6 +385,17 @@ def _event(record: McapMessage) -> TriggerEvent:
     )
 
 
+def _degradation(record: McapMessage) -> DegradationEvent:
+    message: Any = _decode(TOPIC_DEGRADATION, record)
+    return DegradationEvent(
+        timestamp_ns=record.log_time,
+        from_state=message.from_state,
+        to_state=message.to_state,
+        cause=message.cause,
+        detail=message.detail,
+    )
+
+
 # --------------------------------------------------------------------------- alignment
 
 
@@ -487,10 +500,12 @@ def build_drive_log(scanned: ScannedLog, metadata: dict[str, str] | None = None)
         for i, (time, record) in enumerate(zip(camera_times, camera_records, strict=True))
     ]
     events = [_event(record) for record in scanned.messages.get(TOPIC_TRIGGERS, [])]
+    # Optional (logs from before the degradation state machine have no such channel).
+    degradation = [_degradation(r) for r in scanned.messages.get(TOPIC_DEGRADATION, [])]
     if metadata is None:
         found = scanned.drive_log_metadata()
         metadata = found[0] if found else {}
-    return DriveLog(metadata=dict(metadata), frames=frames, events=events)
+    return DriveLog(metadata=dict(metadata), frames=frames, events=events, degradation=degradation)
 
 
 # --------------------------------------------------------------------------- public API

@@ -27,6 +27,7 @@ from aiinfra_pipelines.logs.model import (
     TOPIC_CAMERA,
     TOPIC_CAMERA_CALIBRATION,
     TOPIC_CAN,
+    TOPIC_DEGRADATION,
     TOPIC_GROUND_TRUTH,
     TOPIC_LIDAR,
     TOPIC_LOCATION,
@@ -84,6 +85,15 @@ _MESSAGES: dict[str, list[_FieldSpec]] = {
         ("lane_count", _F.TYPE_INT32, False),
         ("vehicles", f".{PROTO_PACKAGE}.GroundTruthVehicle", True),
     ],
+    # A degradation state machine transition (vehicle.degradation); a message of its own
+    # (added after the others), so logs without it decode as before.
+    "DegradationTransition": [
+        ("timestamp", ".google.protobuf.Timestamp", False),
+        ("from_state", _F.TYPE_STRING, False),
+        ("to_state", _F.TYPE_STRING, False),
+        ("cause", _F.TYPE_STRING, False),
+        ("detail", _F.TYPE_STRING, False),
+    ],
 }
 
 
@@ -139,6 +149,7 @@ CanSignals = _message_class("CanSignals")
 TriggerEvent = _message_class("TriggerEvent")
 GroundTruthVehicle = _message_class("GroundTruthVehicle")
 GroundTruth = _message_class("GroundTruth")
+DegradationTransition = _message_class("DegradationTransition")
 
 # The schema each topic must carry. The reader rejects a known topic with another schema rather
 # than guessing, because a silently mis-decoded CAN channel would poison every downstream label.
@@ -149,6 +160,7 @@ TOPIC_MESSAGE_CLASSES: dict[str, type[Message]] = {
     TOPIC_CAN: CanSignals,
     TOPIC_TRIGGERS: TriggerEvent,
     TOPIC_GROUND_TRUTH: GroundTruth,
+    TOPIC_DEGRADATION: DegradationTransition,
     TOPIC_CAMERA_CALIBRATION: CameraCalibration,
     TOPIC_REAR_CAMERA: RawImage,
     TOPIC_REAR_CAMERA_CALIBRATION: CameraCalibration,
@@ -187,6 +199,7 @@ __all__ = [
     "TOPIC_MESSAGE_CLASSES",
     "TOPIC_SCHEMAS",
     "CanSignals",
+    "DegradationTransition",
     "GroundTruth",
     "GroundTruthVehicle",
     "TriggerEvent",

@@ -38,6 +38,7 @@ from aiinfra_pipelines.logs.model import (
     TOPIC_CAMERA,
     TOPIC_CAMERA_CALIBRATION,
     TOPIC_CAN,
+    TOPIC_DEGRADATION,
     TOPIC_GROUND_TRUTH,
     TOPIC_LIDAR,
     TOPIC_LOCATION,
@@ -46,6 +47,7 @@ from aiinfra_pipelines.logs.model import (
     TOPIC_REAR_CAMERA_CALIBRATION,
     TOPIC_TF_STATIC,
     TOPIC_TRIGGERS,
+    DegradationEvent,
     DriveLog,
     Frame,
 )
@@ -54,6 +56,7 @@ from aiinfra_pipelines.logs.rig import CameraSensor, Recording
 from aiinfra_pipelines.logs.schemas import (
     TOPIC_SCHEMAS,
     CanSignals,
+    DegradationTransition,
     GroundTruth,
     TriggerEvent,
 )
@@ -328,6 +331,14 @@ def _event_message(event: TriggerEventRecord) -> Message:
     return message
 
 
+def _degradation_message(event: DegradationEvent) -> Message:
+    message = DegradationTransition(
+        from_state=event.from_state, to_state=event.to_state, cause=event.cause, detail=event.detail
+    )
+    message.timestamp.FromNanoseconds(event.timestamp_ns)
+    return message
+
+
 _FRAME_CHANNELS = (
     (TOPIC_CAMERA, _camera_message),
     (TOPIC_LOCATION, _location_message),
@@ -352,12 +363,13 @@ def _check_metadata(metadata: dict[str, str]) -> None:
 def _messages_in_time_order(
     log: DriveLog, omit: frozenset[str]
 ) -> Iterator[tuple[str, Message, int]]:
-    """Frames in list order, each trigger right after the last frame at or before its time.
+    """Frames in list order, each event (trigger or degradation transition) right after the
+    last frame at or before its time.
 
     Frames keep list order (not sorted) so that a producer bug such as time going backwards is
     preserved in the file for validation to see, rather than silently repaired here.
     """
-    events = sorted(log.events, key=lambda event: event.timestamp_ns)
+    events = sorted([*log.events, *log.degradation], key=lambda event: event.timestamp_ns)
     next_event = 0
     recording = log.recording
     yield from _rig_once(log, omit)
@@ -374,7 +386,14 @@ def _messages_in_time_order(
         yield from _event(event, omit)
 
 
-def _event(event: TriggerEventRecord, omit: frozenset[str]) -> Iterator[tuple[str, Message, int]]:
+def _event(
+    event: TriggerEventRecord | DegradationEvent, omit: frozenset[str]
+) -> Iterator[tuple[str, Message, int]]:
+    if isinstance(event, DegradationEvent):
+        _check_timestamp(event.timestamp_ns, f"degradation {event.from_state}->{event.to_state}")
+        if TOPIC_DEGRADATION not in omit:
+            yield TOPIC_DEGRADATION, _degradation_message(event), int(event.timestamp_ns)
+        return
     _check_timestamp(event.timestamp_ns, f"trigger {event.rule}")
     if TOPIC_TRIGGERS not in omit:
         yield TOPIC_TRIGGERS, _event_message(event), int(event.timestamp_ns)

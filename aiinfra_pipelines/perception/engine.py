@@ -80,6 +80,10 @@ class OnnxRuntimeEngine:
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = self._intra_op_threads
+        # Nodes one after another, never independent branches in parallel (onnxruntime's
+        # default, pinned: certification requires bit-identical outputs run after run).
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.inter_op_num_threads = 1
         return ort.InferenceSession(
             self._onnx_bytes, sess_options=options, providers=["CPUExecutionProvider"]
         )

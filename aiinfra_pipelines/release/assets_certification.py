@@ -87,6 +87,8 @@ def certified_engine(
             "key_id": body["key_id"],
             "issued_at": body["issued_at"],
             "reused_existing_certificate": outcome.reused,
+            # Same engine, fresh sessions, same frames: bit-identical outputs (release.determinism).
+            "determinism": dg.MetadataValue.json(body.get("determinism") or {}),
             "publish_commit": outcome.commit or "",
             "reports": dg.MetadataValue.md(
                 "| gate | verdict | sha256 |\n| --- | --- | --- |\n" + reports

@@ -3,9 +3,11 @@
 The gates ran in earlier layers and runs; certification trusts none of those runs, only what is
 on ``main``: the candidate manifest, each gate's report (present, ``passed: true``, for the
 same model version, byte-identical to the hash the manifest recorded) and the engine and ONNX
-files (hashes as the manifest says). The certificate binds all those hashes under an Ed25519
-signature, so changing any of them later — a report edited on ``main``, an engine swapped —
-fails ``verify_certificate``, which every release step calls before it acts.
+files (hashes as the manifest says). It also runs the shipped engine itself, in fresh sessions
+on the same frames, and refuses one whose outputs are not bit-identical (:mod:`.determinism`).
+The certificate binds all those hashes, and that check's result, under an Ed25519 signature,
+so changing any of them later — a report edited on ``main``, an engine swapped — fails
+``verify_certificate``, which every release step calls before it acts.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
+from aiinfra_pipelines.perception.contract import perception_spec
 
+from .determinism import GATE as DETERMINISM_GATE
+from .determinism import DeterminismResult, DeterminismSettings, check_engine
 from .keys import key_id
 
 CANDIDATES_PREFIX = "candidates/"
@@ -89,6 +94,8 @@ class CandidateEvidence:
     manifest_sha256: str | None
     gates: list[GateEvidence] = field(default_factory=list)
     failures: list[GateFailure] = field(default_factory=list)
+    # The shipped engine's determinism check (None: the engine itself failed verification).
+    determinism: DeterminismResult | None = None
 
     @property
     def passed(self) -> bool:
@@ -228,13 +235,35 @@ def _evaluate_artifacts(
             )
 
 
+def _evaluate_determinism(
+    lake: VersionedLake,
+    ref: str,
+    manifest: Mapping[str, Any],
+    evidence: CandidateEvidence,
+    settings: DeterminismSettings | None,
+) -> None:
+    """Run the shipped engine (already verified byte for byte) through the determinism check."""
+    ship = manifest.get("ship") or {}
+    data = _read(lake, ref, str(ship.get("key") or ""))
+    if data is None or sha256_hex(data) != ship.get("sha256"):
+        return  # the artifacts gate has named the problem; nothing trustworthy to run
+    result = check_engine(
+        data, perception_spec(), runtime_target=str(ship.get("target") or ""), settings=settings
+    )
+    evidence.determinism = result
+    if not result.deterministic:
+        evidence.failures.append(GateFailure(DETERMINISM_GATE, result.reason))
+
+
 def collect_evidence(
     lake: VersionedLake,
     model_version: str,
     ref: str = MAIN_BRANCH,
     gates: Iterable[str] | None = None,
+    determinism: DeterminismSettings | None = None,
 ) -> CandidateEvidence:
-    """Re-verify every required gate of ``model_version`` from what is on ``ref``.
+    """Re-verify every required gate of ``model_version`` from what is on ``ref``, and check
+    that the shipped engine is deterministic (``determinism``: gates.yaml when ``None``).
 
     Never stops at the first failure: the result names every failed gate, so one refusal tells
     the operator everything that must be fixed.
@@ -271,6 +300,7 @@ def collect_evidence(
                 )
             )
         _evaluate_artifacts(lake, ref, manifest, evidence)
+        _evaluate_determinism(lake, ref, manifest, evidence, determinism)
     for gate in gates if gates is not None else required_gates():
         _evaluate_report(lake, ref, model_version, gate, manifest, evidence)
     return evidence
@@ -317,6 +347,7 @@ def build_certificate(
             gate.gate: {"key": gate.key, "sha256": gate.sha256, "passed": gate.passed}
             for gate in evidence.gates
         },
+        "determinism": None if evidence.determinism is None else evidence.determinism.to_dict(),
         "issued_at": (issued_at or datetime.now(UTC)).isoformat(),
         "issued_by": dict(issued_by or {}),
         "key_id": key_id(signer.public_key()),
@@ -428,10 +459,13 @@ def certificate_matches(body: Mapping[str, Any], evidence: CandidateEvidence) ->
     manifest = evidence.manifest or {}
     current_reports = {gate.gate: gate.sha256 for gate in evidence.gates}
     certified_reports = {gate: entry["sha256"] for gate, entry in body["reports"].items()}
+    determinism = None if evidence.determinism is None else evidence.determinism.to_dict()
     return (
         current_reports == certified_reports
         and body["engine"]["sha256"] == (manifest.get("ship") or {}).get("sha256")
         and body["onnx"]["sha256"] == (manifest.get("onnx") or {}).get("sha256")
+        # A certificate from before the determinism check does not vouch for it: re-issue.
+        and body.get("determinism") == determinism
     )
 
 
@@ -460,6 +494,7 @@ def certify_candidate(
     root_run_id: str,
     issued_by: Mapping[str, str] | None = None,
     issued_at: datetime | None = None,
+    determinism: DeterminismSettings | None = None,
 ) -> CertificationOutcome:
     """Certify ``model_version`` or raise ``CertificationRefused`` naming every failed gate.
 
@@ -468,7 +503,7 @@ def certify_candidate(
     current evidence is kept rather than re-issued, so a re-run changes nothing downstream.
     """
     model_version = str(model_version)
-    evidence = collect_evidence(lake, model_version)
+    evidence = collect_evidence(lake, model_version, determinism=determinism)
     if not evidence.passed:
         raise CertificationRefused(model_version, evidence.failures)
     key = certificate_key(model_version)

@@ -23,6 +23,7 @@ from aiinfra_pipelines.fleet.settings import FleetConfig
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.perception.deployed import BOOTSTRAP_VERSION
+from aiinfra_pipelines.vehicle.degradation import MINIMAL_RISK
 
 from .candidate import load_candidate, load_model_zero, load_production
 from .gate import (
@@ -89,6 +90,12 @@ REPORT_METRICS = (
     "steps",
     "collision_type",
     "collision_fault",
+    # The car's degradation state machine (vehicle.degradation): every transition with its
+    # step and cause, the steps spent degraded and in minimal risk, the engine's errors.
+    "degradation_transitions",
+    "degraded_steps",
+    "minimal_risk_steps",
+    "engine_errors",
 )
 
 
@@ -387,7 +394,30 @@ def _episode_summary(metrics: Mapping[str, Any]) -> dict[str, Any]:
             timings[f"{stem}_p95_ms"] = round(
                 values[min(len(values) - 1, int(0.95 * len(values)))], 4
             )
-    return {**{name: metrics.get(name) for name in REPORT_METRICS}, **timings}
+    summary = {**{name: metrics.get(name) for name in REPORT_METRICS}, **timings}
+    # Outcomes cached before the state machine existed carry no transitions: none happened.
+    summary["degradation_transitions"] = [
+        {key: t.get(key) for key in ("step", "from_state", "to_state", "cause")}
+        for t in metrics.get("degradation_transitions") or []
+    ]
+    return summary
+
+
+def _degradation_summary(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Transitions of the degradation state machine over a scenario's seeds: how many, by
+    cause, and how many episodes reached minimal risk."""
+    transitions = [t for s in summaries for t in s["degradation_transitions"]]
+    causes: dict[str, int] = {}
+    for transition in transitions:
+        causes[str(transition["cause"])] = causes.get(str(transition["cause"]), 0) + 1
+    return {
+        "degradation_transition_count": len(transitions),
+        "degradation_causes": dict(sorted(causes.items())),
+        "minimal_risk_episodes": sum(
+            any(t["to_state"] == MINIMAL_RISK for t in s["degradation_transitions"])
+            for s in summaries
+        ),
+    }
 
 
 def _summary(episodes: Sequence[Mapping[str, Any]], result: ScenarioResult) -> dict[str, Any]:
@@ -411,6 +441,7 @@ def _summary(episodes: Sequence[Mapping[str, Any]], result: ScenarioResult) -> d
         "planner_p95_ms": mean("planner_p95_ms"),
         "perception_p95_ms": mean("perception_p95_ms"),
         "fallback_activations": sum(int(s.get("fallback_activations") or 0) for s in summaries),
+        **_degradation_summary(summaries),
         "episodes": [
             {**summary, "passed": verdict.passed, "failures": list(verdict.failures)}
             for summary, verdict in zip(summaries, result.verdicts, strict=True)
@@ -554,6 +585,7 @@ ENGINE_COLUMNS = (
     ("fallbacks", "fallback_activations"),
     ("planner p95 ms", "planner_p95_ms"),
     ("engine p95 ms", "perception_p95_ms"),
+    ("degradations", "degradation_transition_count"),
 )
 ROLE_TITLES = {
     ROLE_CANDIDATE: "cand.",

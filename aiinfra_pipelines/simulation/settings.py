@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from typing import Any
 
 from aiinfra_pipelines.config import load_resource_yaml, resources_dir
 from aiinfra_pipelines.fleet.closed_loop import MetricsConfig
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
+from aiinfra_pipelines.vehicle.degradation_settings import DegradationSettings
 
 SIMULATION_CONFIG_FILE = "simulation.yaml"
 GATES_CONFIG_FILE = "gates.yaml"
@@ -73,7 +75,8 @@ def simulator_fingerprint(
     config: dict[str, Any] | None = None, fleet: FleetConfig | None = None
 ) -> str:
     """Identity of "how an episode is simulated and measured": the simulator version, the
-    whole fleet configuration (physics, camera, degradations, planner) and the metric settings.
+    whole fleet configuration (physics, camera, degradations, planner), the car's degradation
+    state machine (vehicle.yaml ``degradation``) and the metric settings.
 
     A cached outcome is reused only under the same fingerprint.
     """
@@ -84,6 +87,11 @@ def simulator_fingerprint(
         "collisions": cfg["collisions"],
         "traffic": cfg["traffic"],
         "fleet": fleet_config(fleet),
+        "degradation": {
+            key: value
+            for key, value in asdict(DegradationSettings.load()).items()
+            if key != "version"  # vehicle.yaml's version also moves with outbox changes
+        },
     }
     encoded = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(encoded).hexdigest()[:16]

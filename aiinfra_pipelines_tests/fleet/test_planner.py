@@ -115,3 +115,41 @@ def test_deterministic_and_reset_restores_initial_state() -> None:
     assert [planner.act(p, 25.0) for p in perceptions] == first
     other = RulePlanner()
     assert [other.act(p, 25.0) for p in perceptions] == first
+
+
+def test_nominal_state_runs_the_rules_unchanged() -> None:
+    ruled, stated = RulePlanner(), RulePlanner()
+    for others in ([], [(30.0, 0)], [(8.0, 0)], [(20.0, 0), (15.0, 1)]):
+        perception = scene(others)
+        assert stated.act_in_state("nominal", perception, 22.0) == ruled.act(perception, 22.0)
+
+
+@pytest.mark.parametrize(
+    ("state", "perceived", "reason"),
+    [
+        ("degraded", True, "degraded (low_confidence): conservative fallback"),
+        ("minimal_risk", True, "minimal risk (low_confidence): slow to a stop in lane"),
+        ("nominal", False, "no perception this frame"),
+        ("degraded", False, "degraded (low_confidence): conservative fallback"),
+    ],
+)
+def test_outside_nominal_or_without_perception_the_car_slows_in_lane(
+    planner: RulePlanner, state: str, perceived: bool, reason: str
+) -> None:
+    # A free road and a free left lane: the rules would accelerate or change lanes.
+    perception = scene([], lane_index=1) if perceived else None
+    decision = planner.act_in_state(state, perception, 25.0, cause="low_confidence")
+    assert (decision.action, decision.fallback, decision.reason) == (SLOWER, True, reason)
+
+
+def test_an_unknown_state_is_an_error(planner: RulePlanner) -> None:
+    with pytest.raises(ValueError, match="unknown degradation state"):
+        planner.act_in_state("panicking", scene([]), 20.0)
+
+
+def test_the_lead_gap_is_tracked_while_degraded(planner: RulePlanner) -> None:
+    """Back in nominal, the closing speed is measured from the last degraded frame."""
+    planner.act_in_state("degraded", scene([(70.0, 0)]), 25.0)
+    gap = 70.0 - 25.0 * planner.config.dt_s
+    decision = planner.act_in_state("nominal", scene([(gap, 0)]), 25.0)
+    assert decision.action == SLOWER and "ttc" in decision.reason

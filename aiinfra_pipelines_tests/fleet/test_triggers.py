@@ -61,6 +61,7 @@ def test_config_loads_with_version_and_all_rules(config: TriggerConfig) -> None:
         "low_ttc",
         "lane_change",
         "near_collision",
+        "degradation",
         "night",
         "rain",
         "fog",
@@ -127,6 +128,26 @@ def test_near_collision_fires_on_proximity_or_crash(config: TriggerConfig) -> No
     events = evaluate_triggers(quiet, crashed, config)
     assert rules_fired(events) == ["near_collision"]
     assert events[0].timestamp_ns == quiet[19].timestamp_ns
+
+
+def test_degradation_fires_on_every_state_change_and_keeps_it_in_a_segment(
+    config: TriggerConfig,
+) -> None:
+    frames = [frame(i) for i in range(40)]
+    levels = [0] * 5 + [1] * 15 + [2] * 10 + [0] * 10  # degraded, minimal risk, recovered
+    context = FrameContext(weather="clear", lighting="day", degradation_levels=levels)
+    events = evaluate_triggers(frames, context, config)
+    assert [(e.rule, e.timestamp_ns, e.value) for e in events] == [
+        ("degradation", frames[5].timestamp_ns, 1.0),
+        ("degradation", frames[20].timestamp_ns, 2.0),
+        ("degradation", frames[30].timestamp_ns, 0.0),
+    ]
+    segments = select_segments(frames, events, config)
+    for event in events:
+        index = (event.timestamp_ns - T0) // PERIOD_NS
+        assert any(start <= index < end for start, end in segments)
+    # Without the car's levels (a real fleet's frames alone) the rule stays silent.
+    assert evaluate_triggers(frames, CLEAR_DAY, config) == []
 
 
 @pytest.mark.parametrize(
