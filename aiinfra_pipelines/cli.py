@@ -24,7 +24,12 @@ lake_app = typer.Typer(help="The versioned data lake.", no_args_is_help=True)
 logs_app = typer.Typer(help="Drive logs (MCAP recordings).", no_args_is_help=True)
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(lake_app, name="lake")
+pull_app = typer.Typer(
+    help="Raw segments the cars hold only as index records: request and follow pulls.",
+    no_args_is_help=True,
+)
 app.add_typer(logs_app, name="logs")
+app.add_typer(pull_app, name="pull")
 console = Console()
 
 
@@ -50,6 +55,7 @@ def fleet_drive(
 ) -> None:
     """Drive the simulated fleet and land the kept segments on an ingest branch."""
     from aiinfra_pipelines.fleet.drive import drive_and_land
+    from aiinfra_pipelines.lake.layout import LOG_SUFFIX
 
     result = drive_and_land(
         _lake(),
@@ -59,9 +65,11 @@ def fleet_drive(
         batch_id=batch or None,
         console=console,
     )
+    logs = sum(key.endswith(LOG_SUFFIX) for key in result.keys)
     console.print(
-        f"landed [bold]{len(result.keys)}[/] log(s), {result.total_bytes / 1e6:.1f} MB "
-        f"on [cyan]{result.branch}[/] at commit [green]{result.commit[:12]}[/]"
+        f"landed [bold]{logs}[/] log(s) and {len(result.keys) - logs} index record(s) or "
+        f"notice(s), {result.total_bytes / 1e6:.1f} MB on [cyan]{result.branch}[/] at commit "
+        f"[green]{result.commit[:12]}[/]"
     )
 
 
@@ -180,10 +188,87 @@ def logs_inspect(
                 escape(json.dumps(details)),
             )
         console.print(sensors)
+        pii = report["pii_findings"]
+        anonymizer = report["metadata"].get("anonymizer_version", "none recorded")
+        console.print(
+            f"PII check: {pii['count']} readable region(s) in {len(pii['frames'])} frame(s); "
+            f"anonymized on the vehicle by {escape(anonymizer)}"
+        )
         for reason in report["reasons"]:
             console.print(f"  [red]{reason['code']}[/]: {escape(reason['message'])}")
     if not report["accepted"]:
         raise typer.Exit(code=1)
+
+
+@pull_app.command("request")
+def pull_request(
+    log_ids: list[str] = typer.Argument(None, help="index-only segments (log ids) to pull"),
+    slice_name: str = typer.Option("", "--slice", help="pull index-only segments of this slice"),
+    limit: int = typer.Option(20, "--limit", min=1, help="at most this many with --slice"),
+    reason: str = typer.Option(..., "--reason", help="what the raw segments are wanted for"),
+    requested_by: str = typer.Option("operator", "--by", help="who asks (recorded)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout"),
+) -> None:
+    """Ask the fleet for raw segments; the cars that hold them send them in their next window."""
+    import json
+
+    from aiinfra_pipelines.ingest.pulls import request_raw_segments
+    from aiinfra_pipelines.ingest.views import scene_index_view
+
+    lake = _lake()
+    index = scene_index_view(lake, include_index_only=True)
+    wanted = list(log_ids or [])
+    if slice_name:
+        if index.empty or slice_name not in set(index["slice"]):
+            raise typer.BadParameter(
+                f"no indexed segment in slice {slice_name!r}", param_hint="--slice"
+            )
+        held = index[(index["slice"] == slice_name) & ~index["raw_available"].astype(bool)]
+        wanted += list(dict.fromkeys(held["log_id"]))[:limit]
+    if not wanted:
+        raise typer.BadParameter("name log ids or a --slice with index-only segments")
+    result = request_raw_segments(lake, index, wanted, reason=reason, requested_by=requested_by)
+    report = {
+        "request_id": result.request_id,
+        "requested": result.requested,
+        "skipped": result.skipped,
+        "main_commit": result.merge_commit,
+    }
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
+    console.print(f"{result.request_id}: requested {len(result.requested)} segment(s)")
+    for log_id, why in result.skipped.items():
+        console.print(f"  skipped {escape(log_id)}: {escape(why)}")
+
+
+@pull_app.command("list")
+def pull_list(
+    status_filter: str = typer.Option("", "--status", help="open, served or closed"),
+    as_json: bool = typer.Option(False, "--json", help="a JSON list on stdout"),
+) -> None:
+    """Every pull request and its answer (served by which batch, or closed and why)."""
+    import json
+
+    from aiinfra_pipelines.ingest.pulls import pull_requests
+
+    requests = [
+        r for r in pull_requests(_lake()) if not status_filter or r["status"] == status_filter
+    ]
+    if as_json:
+        typer.echo(json.dumps(requests, indent=2, sort_keys=True))
+        return
+    table = Table("log", "status", "slice", "requested", "answer")
+    for request in requests:
+        answer = request.get("closed_reason") or (request.get("served_by") or {}).get("partition")
+        table.add_row(
+            escape(request["log_id"]),
+            request["status"],
+            request.get("slice", ""),
+            request["requested_at"],
+            escape(str(answer or "")),
+        )
+    console.print(table)
 
 
 @app.command("status")

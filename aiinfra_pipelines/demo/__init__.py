@@ -22,6 +22,7 @@ from rich.rule import Rule
 from aiinfra_pipelines.config import dagster_home
 from aiinfra_pipelines.environment import build_lake, load_environment
 from aiinfra_pipelines.ingest.partitions import BatchRef
+from aiinfra_pipelines.mining.pulls import pull_weak_slices
 
 from .closing import closing_drive
 from .daemon import DaemonProcess
@@ -96,11 +97,18 @@ def run_demo(
         on_restart=lambda message: console.print(f"[yellow]{message}[/]"),
     )
     summary = DemoSummary(dagster_home() / "demo" / "summary.json")
+    weak_slices: dict[str, float | None] = {}
     with daemon_process as daemon:
         for cycle in range(1, cycles + 1):
             cycle_started = time.monotonic()
             console.print(Rule(f"cycle {cycle} of {cycles}"))
             window = CycleWindow(started=time.time())
+            pulls = pull_weak_slices(lake, weak_slices) if weak_slices else None
+            if pulls and pulls["requested"]:
+                console.print(
+                    f"mining pulls {pulls['requested']} raw segment(s) of "
+                    f"{', '.join(pulls['slices'])} from the cars that hold them"
+                )
             assignment = fleet_assignment(lake)
             console.print(
                 f"[bold]fleet[/] {vehicles} cars × {episodes} drives: {assignment.describe()}"
@@ -116,8 +124,11 @@ def run_demo(
                 corrupt=corrupt_copy,
                 console=console,
             )
+            sent = upload.outboxes
             console.print(
-                f"landed {len(upload.logs.keys)} log(s) and {upload.telemetry.records} telemetry "
+                f"landed {len(upload.logs.keys)} upload(s) ({sent.raw_logs} raw log(s) queued, "
+                f"{sent.index_only} index-only, {sent.pulls_served} pull(s) served, "
+                f"{sent.pulls_unservable} unservable) and {upload.telemetry.records} telemetry "
                 f"record(s) on [cyan]{upload.logs.branch}[/]"
             )
             landed_at = time.time()
@@ -160,6 +171,9 @@ def run_demo(
             )
             if closing is not None:
                 record["closing_drive"] = closing
+            if pulls is not None:
+                record["pulls"] = pulls
+            weak_slices = (record.get("benchmark") or {}).get("slices") or {}
             summary.add(record, total_s=time.monotonic() - started)
             console.print(f"cycle {cycle} took {cycle_s:.0f}s")
     summary.write(total_s=time.monotonic() - started)

@@ -3,8 +3,9 @@
 Each car drives with what the OTA repository would give it: the rollout candidate if its VIN is
 in the current cohort, otherwise the production engine — or, before the first full release,
 the previous-generation stack (the rule planner on ground-truth perception, ``rule-planner-0``).
-The car uploads its triggered logs and one telemetry record per drive to ``ingest-<batch>``,
-exactly as a real uploader would; the daemon's sensors take it from there.
+The car queues its triggered logs in its outbox (``vehicle.fleet_upload``: low-value ones as
+index records, pulls answered), drains it to ``ingest-<batch>`` and sends one telemetry record
+per drive, exactly as a real uploader would; the daemon's sensors take it from there.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from rich.console import Console
 
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.fleet.drive import drive_fleet_logs
-from aiinfra_pipelines.fleet.landing import LandedBatch, land_batch
+from aiinfra_pipelines.fleet.landing import LandedBatch
 from aiinfra_pipelines.fleet.simulator import EpisodeDrive
 from aiinfra_pipelines.fleet.vehicles import Vehicle
-from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.layout import LOG_PREFIX, LOG_SUFFIX, PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.operations.landing import LandedTelemetry, land_telemetry
@@ -31,6 +32,12 @@ from aiinfra_pipelines.perception.deployed import load_deployed_engine
 from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
 from aiinfra_pipelines.release.cohorts import CANDIDATE_STATUSES, runs_candidate
 from aiinfra_pipelines.release.rollout import SHADOW, read_current
+from aiinfra_pipelines.vehicle.fleet_upload import (
+    FleetOutboxUpload,
+    car_folder,
+    outbox_root,
+    upload_through_outboxes,
+)
 
 CANDIDATE, CONTROL = "candidate", "control"
 
@@ -113,7 +120,8 @@ class FleetUpload:
     telemetry: LandedTelemetry
     drives: int
     candidate_drives: int
-    frames: int  # camera frames in the landed logs (a corrupted copy counts its original's)
+    frames: int  # camera frames in the landed raw logs (a corrupted copy counts its original's)
+    outboxes: FleetOutboxUpload | None = None  # what the cars' outboxes held, sent and answered
 
 
 def _drive(
@@ -149,26 +157,39 @@ def drive_and_upload(
     logs, drives = _drive(
         assignment, vehicles=vehicles, episodes=episodes, seed=seed, console=console
     )
-    uploads = [(log_id, data) for log_id, data, _ in logs]
-    uploads += [(f"{log_id}-truncated", corrupt(data)) for log_id, data in uploads[:faulty_logs]]
-    frames = sum(len(log.frames) for _, _, log in logs)
-    frames += sum(len(log.frames) for _, _, log in logs[:faulty_logs])
-    landed = land_batch(
+    truncated = [
+        (f"{log_id}-truncated", corrupt(data), log) for log_id, data, log in logs[:faulty_logs]
+    ]
+    sent = upload_through_outboxes(
         lake,
+        logs,
         batch_id,
-        uploads,
-        {"vehicles": str(vehicles), "episodes": str(episodes), "seed": str(seed)},
+        metadata={"vehicles": str(vehicles), "episodes": str(episodes), "seed": str(seed)},
+        extra=truncated,
     )
-    records = telemetry_records(drives, assignment, batch_id)
+    if sent.batch is None:
+        raise RuntimeError(f"no car sent anything for {batch_id}: nothing to ingest")
+    landed_ids = {key.removeprefix(LOG_PREFIX).removesuffix(LOG_SUFFIX) for key in sent.batch.keys}
+    frames = sum(len(log.frames) for log_id, _, log in [*logs, *truncated] if log_id in landed_ids)
+    outboxes = {vin: sent.cars[car_folder(outbox_root(), vin).name] for vin in _vins(drives)}
+    records = telemetry_records(drives, assignment, batch_id, outboxes)
     telemetry = land_telemetry(lake, batch_id, records, metadata={"seed": str(seed)})
     candidate_drives = sum(assignment.cohort.get(d.vehicle.vin) == CANDIDATE for d in drives)
-    return FleetUpload(landed, telemetry, len(drives), candidate_drives, frames)
+    return FleetUpload(sent.batch, telemetry, len(drives), candidate_drives, frames, sent)
+
+
+def _vins(drives: list[EpisodeDrive]) -> list[str]:
+    return sorted({drive.vehicle.vin for drive in drives})
 
 
 def telemetry_records(
-    drives: list[EpisodeDrive], assignment: FleetAssignment, batch_id: str
+    drives: list[EpisodeDrive],
+    assignment: FleetAssignment,
+    batch_id: str,
+    outboxes: dict[str, dict] | None = None,
 ) -> list[dict]:
-    """One telemetry record per drive, tagged with the cohort the car drove in."""
+    """One telemetry record per drive, tagged with the cohort the car drove in and, where
+    ``outboxes`` (VIN → outbox status) has the car, its outbox after this upload."""
     now = datetime.now(UTC).isoformat(timespec="seconds")
     return [
         record_from_episode(
@@ -179,6 +200,7 @@ def telemetry_records(
             cohort=assignment.cohort.get(drive.vehicle.vin, CONTROL),
             recorded_at=now,
             record_id=f"{batch_id}-{drive.vehicle.index}-{drive.episode_index}",
+            outbox=(outboxes or {}).get(drive.vehicle.vin),
         )
         for drive in drives
     ]

@@ -19,6 +19,7 @@ import dagster as dg
 import pandas as pd
 
 from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.ingest.pulls import pull_requests
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.lake.io_manager import asset_object_base
 from aiinfra_pipelines.lake.port import VersionedLake
@@ -29,6 +30,7 @@ from aiinfra_pipelines.operations.cost_ledger import (
     loop_asset_groups,
     run_step_costs,
 )
+from aiinfra_pipelines.operations.storage_use import storage_use
 from aiinfra_pipelines.release.certificate import certificate_key
 from aiinfra_pipelines.release.rollout import read_state
 
@@ -213,5 +215,43 @@ def cycle_record(
             ),
             "compute_s_by_stage": compute_seconds_by_stage(instance, window),
         },
+        "uploads": upload_figures(upload),
+        "pull_requests": pull_request_figures(lake),
+        # The seed's "how much of what we store is ever used in training", after this cycle.
+        "storage": storage_use(lake),
         "cycle_s": round(cycle_s, 1),
     }
+
+
+def upload_figures(upload: FleetUpload) -> dict[str, Any]:
+    """What the cars' outboxes did this cycle: raw logs, index-only segments, pulls, backlog."""
+    sent = upload.outboxes
+    if sent is None:
+        return {}
+    cars = sent.cars.values()
+    return {
+        "raw_logs": sent.raw_logs,
+        "index_only_segments": sent.index_only,
+        "pulls_served": sent.pulls_served,
+        "pulls_unservable": sent.pulls_unservable,
+        "backlog_logs": sum(entry["logs"] for car in cars for entry in car["backlog"].values()),
+        "held_logs": sum(car["held"]["logs"] for car in cars),
+        "evictions": sum(len(car["evictions"]) for car in cars),
+        "bytes_sent_by_class": _summed(car["bytes_sent_by_class"] for car in cars),
+    }
+
+
+def _summed(mappings: Any) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for mapping in mappings:
+        for name, value in mapping.items():
+            total[name] = total.get(name, 0) + int(value or 0)
+    return total
+
+
+def pull_request_figures(lake: VersionedLake) -> dict[str, int]:
+    """Pull requests on main by status (open, served, closed)."""
+    counts: dict[str, int] = {}
+    for request in pull_requests(lake):
+        counts[request["status"]] = counts.get(request["status"], 0) + 1
+    return counts

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 from rich.console import Console
 
@@ -10,8 +11,9 @@ from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.logs.model import DriveLog
 from aiinfra_pipelines.logs.writer import encode_drive_log
 from aiinfra_pipelines.progress import progress_bar
+from aiinfra_pipelines.vehicle.fleet_upload import upload_through_outboxes
 
-from .landing import LandedBatch, land_batch
+from .landing import LandedBatch
 from .simulator import EngineForVehicle, EpisodeCallback, drive_fleet
 
 
@@ -59,8 +61,10 @@ def drive_and_land(
     seed: int,
     batch_id: str | None = None,
     console: Console | None = None,
+    outbox_root: Path | None = None,
 ) -> LandedBatch:
-    """Drive, then land every kept segment on ``ingest-<batch>`` as one commit."""
+    """Drive, then send every kept segment through the cars' outboxes as one commit on
+    ``ingest-<batch>`` (low-value segments as index records: ``vehicle.fleet_upload``)."""
     logs = drive_fleet_logs(vehicles=vehicles, episodes=episodes, seed=seed, console=console)
     if not logs:
         raise RuntimeError("no trigger fired on any vehicle: nothing to upload (try more episodes)")
@@ -68,11 +72,12 @@ def drive_and_land(
     models = sorted({log.metadata["vehicle_model"] for _, _, log in logs})
     # Fleet-local vehicle numbers, not VIN fragments: commit metadata is readable by everyone.
     vehicle_ids = [f"vehicle-{index:03d}" for index in range(vehicles)]
-    return land_batch(
+    sent = upload_through_outboxes(
         lake,
+        logs,
         batch,
-        [(log_id, data) for log_id, data, _ in logs],
-        {
+        root=outbox_root,
+        metadata={
             "vehicles": str(vehicles),
             "episodes": str(episodes),
             "seed": str(seed),
@@ -80,3 +85,6 @@ def drive_and_land(
             "vehicle_ids": ",".join(vehicle_ids),
         },
     )
+    if sent.batch is None:
+        raise RuntimeError(f"the cars' outboxes sent nothing for {batch}")
+    return sent.batch

@@ -473,8 +473,7 @@ class GroundTruthReader:
     ) -> tuple[int, int, int, int] | None:
         box = self._plate_box(vehicle, ego, image.shape[1], image.shape[0], camera, at_front)
         if box is not None:
-            x0, y0, x1, y1 = box
-            image[y0:y1, x0:x1] = np.asarray(self._plate["color_rgb"], dtype=np.uint8)
+            paint_plate(image, box, self._plate, self._id_of(vehicle))
         return box
 
     def _plate_box(
@@ -509,6 +508,24 @@ class GroundTruthReader:
         if x1 <= x0 or y1 <= y0:
             return None
         return int(x0), int(y0), int(x1), int(y1)
+
+
+def paint_plate(
+    image: np.ndarray, box: tuple[int, int, int, int], plate: Mapping[str, Any], number: int
+) -> None:
+    """A readable plate at ``box``: the plate colour with dark glyph pixels on it.
+
+    The glyphs are what makes a plate personal data, so they are what anonymization must
+    remove and what the cloud's check looks for: a flattened plate has no contrast left in its
+    box. Every ``glyph_period``-th pixel along the diagonal is a glyph, shifted by the vehicle's
+    ``number`` so that two plates do not read alike.
+    """
+    x0, y0, x1, y1 = box
+    region = image[y0:y1, x0:x1]
+    region[...] = np.asarray(plate["color_rgb"], dtype=np.uint8)
+    period = int(plate["glyph_period"])
+    rows, cols = np.indices(region.shape[:2])
+    region[(rows + cols + number) % period == 0] = np.asarray(plate["glyph_rgb"], dtype=np.uint8)
 
 
 def _enu(vector: Any) -> np.ndarray:

@@ -6,8 +6,9 @@ the car perceives (ground truth, or its perception engine when the vehicle has o
 camera image with painted plates, GPS, pose, CAN, ground truth); the loop itself is
 :func:`aiinfra_pipelines.fleet.closed_loop.run_episode`, shared with regression simulation.
 After the drive the vehicle-side triggers pick the segments worth uploading, and each segment
-becomes one :class:`DriveLog`. Everything is derived from the seed: the same seed gives
-byte-identical images and identical metadata.
+becomes one :class:`DriveLog`, its plates blurred on the car (``vehicle.anonymizer``).
+Everything is derived from the seed: the same seed gives byte-identical images and identical
+metadata.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from aiinfra_pipelines.fleet.closed_loop import (
     run_episode,
 )
 from aiinfra_pipelines.fleet.conditions import Conditions, plan_conditions
+from aiinfra_pipelines.fleet.degradation_log import events_between, frame_levels, log_events
 from aiinfra_pipelines.fleet.sensors import SensorRig
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
 from aiinfra_pipelines.fleet.sim_env import road_type_settings
@@ -42,6 +44,7 @@ from aiinfra_pipelines.fleet.triggers import (
 from aiinfra_pipelines.fleet.vehicles import Vehicle, build_fleet, city_by_name, local_to_gps
 from aiinfra_pipelines.logs.model import METADATA_SCHEMA_VERSION, DriveLog, Frame
 from aiinfra_pipelines.parallel import PoolSettings, map_in_pool, worker_state
+from aiinfra_pipelines.vehicle.anonymizer import VehicleAnonymizer
 
 NS_PER_S = 1_000_000_000
 ProgressCallback = Callable[[int, int], None]
@@ -115,13 +118,17 @@ def drive_episode_with_metrics(
     recording = _record_episode(
         vehicle, episode_index, seed, conditions, cfg, engine, shadow_engine, rig
     )
+    transitions = recording.metrics.degradation_transitions
     context = FrameContext(
         weather=conditions.weather,
         lighting=conditions.lighting,
         crashed=recording.crashed,
         road_edges=recording.road_edges,
+        degradation_levels=frame_levels(transitions, len(recording.frames)),
     )
+    degradation = log_events(transitions, recording.frames)
     events = evaluate_triggers(recording.frames, context, trig)
+    anonymizer = VehicleAnonymizer.from_settings()
     logs = []
     for segment_index, (start, end) in enumerate(select_segments(recording.frames, events, trig)):
         frames = recording.frames[start:end]
@@ -142,11 +149,16 @@ def drive_episode_with_metrics(
         }
         segment_events = events_in(events, frames[0].timestamp_ns, frames[-1].timestamp_ns)
         recording_spec = rig.recording_for(vehicle.index, vehicle.sensor_config_version)
-        logs.append(
-            DriveLog(
-                metadata=metadata, frames=frames, events=segment_events, recording=recording_spec
-            )
+        raw = DriveLog(
+            metadata=metadata,
+            frames=frames,
+            events=segment_events,
+            recording=recording_spec,
+            degradation=events_between(
+                degradation, frames[0].timestamp_ns, frames[-1].timestamp_ns
+            ),
         )
+        logs.append(anonymizer.anonymize(raw))  # on the car, before the log is written
     return EpisodeDrive(vehicle, episode_index, conditions, logs, recording.metrics)
 
 

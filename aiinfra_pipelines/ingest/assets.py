@@ -29,10 +29,6 @@ from aiinfra_pipelines.lake.publish import (
 from aiinfra_pipelines.parallel import PoolSettings
 
 from .batch import (
-    ACCEPTED,
-    ALREADY_INGESTED,
-    DUPLICATE,
-    QUARANTINED,
     BatchResult,
     LogOutcome,
     batch_record_key,
@@ -43,6 +39,7 @@ from .discovery import batch_log_keys
 from .expectations import suite_names
 from .partitions import BatchRef, ingest_batch_partitions
 from .resources import AnonymizationKey
+from .verdicts import ACCEPTED, ALREADY_INGESTED, DUPLICATE, JUDGED, QUARANTINED
 
 GROUP = "ingest"
 SOURCE_COMMIT_TAG = "aiinfra/source_commit"
@@ -196,6 +193,9 @@ def ingest_batch_logs(
             "accepted": dg.MetadataValue.json(keys_by[ACCEPTED]),
             "quarantined": dg.MetadataValue.json(keys_by[QUARANTINED]),
             "duplicates": dg.MetadataValue.json(keys_by[DUPLICATE] + keys_by[ALREADY_INGESTED]),
+            "index_only_segments": sum(
+                o.kind == "index" and o.verdict == ACCEPTED for o in result.outcomes
+            ),
             "workers": pool.workers,
         },
     )
@@ -242,7 +242,7 @@ def published_ingest(
     branch = run_branch_name(run_root)
     retried_after_merge = not lake.branch_exists(branch)
     if not retried_after_merge:
-        judged = validated_drive_logs["verdict"].isin([ACCEPTED, QUARANTINED]).any()
+        judged = validated_drive_logs["verdict"].isin(JUDGED).any()
         if lake.object_exists(MAIN_BRANCH, batch_record_key(batch)) and not judged:
             lake.delete_branch(branch)
             context.log.info(f"{partition} was published by an earlier run; main is unchanged")

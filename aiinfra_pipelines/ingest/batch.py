@@ -20,23 +20,22 @@ from typing import Any
 import pandas as pd
 
 from aiinfra_pipelines.lake.io_manager import DATA_PREFIX, parquet_bytes
+from aiinfra_pipelines.lake.layout import INDEX_RECORD_SUFFIX, PULL_NOTICE_SUFFIX
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.logs.anonymize import anonymize_log
 from aiinfra_pipelines.logs.validation import validate_drive_log
 from aiinfra_pipelines.parallel import PoolSettings, map_in_pool, worker_state
 
+from .index_records import ingest_index_record, read_pull_notice
 from .partitions import BatchRef, LogLocation
+from .pulls import answered
 from .quarantine import quarantine_key, quarantine_record
 from .tables import frames_table, scene_index_table, trigger_rule_names
+from .verdicts import ACCEPTED, ALREADY_INGESTED, DUPLICATE, NOTICE, QUARANTINED
 
 CONTENT_PREFIX = "ingest/content/"
 BATCH_RECORD_PREFIX = "ingest/batches/"
-ACCEPTED, QUARANTINED, DUPLICATE, ALREADY_INGESTED = (
-    "accepted",
-    "quarantined",
-    "duplicate",
-    "already_ingested",
-)
+
 VERDICT_COLUMNS = (
     "log_key",
     "log_id",
@@ -100,6 +99,9 @@ class LogOutcome:
     frames_object: str = ""
     frames_checksum: str = ""
     index: pd.DataFrame | None = None
+    # What was uploaded: an MCAP log, a held log's index record, or a pull notice.
+    kind: str = "log"
+    notice: dict[str, Any] | None = None
 
     def row(self) -> dict[str, Any]:
         return {
@@ -140,6 +142,10 @@ def ingest_log(job: LogJob) -> LogOutcome:
         outcome.verdict = ALREADY_INGESTED if same_batch else DUPLICATE
         outcome.duplicate_of = f"{earlier.get('source_branch')}/{earlier.get('log_key')}"
         return outcome
+    if job.key.endswith(INDEX_RECORD_SUFFIX):
+        return ingest_index_record(outcome, data, worker_state()["anonymization_key"])
+    if job.key.endswith(PULL_NOTICE_SUFFIX):
+        return read_pull_notice(outcome, data)
     report = validate_drive_log(data)
     outcome.frames = int(report.frame_count)
     outcome.duration_s = float(report.duration_s)
@@ -206,14 +212,15 @@ class BatchResult:
                     "frames": o.frames,
                 }
                 for o in self.accepted
+                if o.frames_object  # an index record has no frames: its raw log is on a car
             ],
-            "frames": sum(o.frames for o in self.accepted),
+            "frames": sum(o.frames for o in self.accepted if o.frames_object),
         }
 
     def counts(self) -> dict[str, int]:
         return {
             verdict: len(self.by_verdict(verdict))
-            for verdict in (ACCEPTED, QUARANTINED, DUPLICATE, ALREADY_INGESTED)
+            for verdict in (ACCEPTED, QUARANTINED, DUPLICATE, ALREADY_INGESTED, NOTICE)
         }
 
 
@@ -310,8 +317,21 @@ def stage_batch_records(
                     "verdict": outcome.verdict,
                 },
             )
+    for key, body in pull_answers(lake, result, main_ref).items():
+        lake.put_object(run_branch, key, body)
     lake.put_json(
         run_branch,
         batch_record_key(result.batch),
         {"partition": result.batch.partition_key, **result.counts()},
     )
+
+
+def pull_answers(lake: VersionedLake, result: BatchResult, main_ref: str) -> dict[str, bytes]:
+    """The pull requests this batch answers: raw logs that arrived, notices of evicted ones."""
+    served = {
+        o.log_id: {"partition": result.batch.partition_key, "log_key": o.location.key}
+        for o in result.accepted
+        if o.kind == "log" and o.log_id
+    }
+    unservable = {o.log_id: o.notice for o in result.by_verdict(NOTICE) if o.notice is not None}
+    return answered(lake, main_ref, served=served, unservable=unservable)

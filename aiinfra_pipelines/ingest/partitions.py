@@ -13,7 +13,12 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, LOG_PREFIX, LOG_SUFFIX
+from aiinfra_pipelines.lake.layout import (
+    INGEST_BRANCH_PREFIX,
+    LOG_PREFIX,
+    LOG_SUFFIX,
+    UPLOAD_SUFFIXES,
+)
 
 ingest_batch_partitions = dg.DynamicPartitionsDefinition(name="ingest_batches")
 
@@ -64,4 +69,5 @@ class LogLocation:
 
 
 def is_drive_log_key(key: str) -> bool:
-    return key.startswith(LOG_PREFIX) and key.endswith(LOG_SUFFIX)
+    """A car's upload under ``logs/``: an MCAP log, an index record or a pull notice."""
+    return key.startswith(LOG_PREFIX) and key.endswith(UPLOAD_SUFFIXES)

@@ -34,6 +34,8 @@ INDEX_TAGS: tuple[str, ...] = (
     # SHA-256 of the log's camera calibrations and static transforms (logs.rig): logs with
     # one hash were calibrated alike; "" for a log that recorded no calibration.
     "calibration_sha256",
+    # "<version>+<detector>+..." of the car's anonymizer (vehicle.anonymizer); "" if none.
+    "anonymizer_version",
 )
 SIGNAL_COLUMNS: tuple[str, ...] = (
     "speed_mps",
@@ -139,6 +141,7 @@ def scene_index_table(
     source_commit: str,
     log_key: str,
     frames_object: str,
+    raw_available: bool = True,
 ) -> pd.DataFrame:
     """One row per frame with every log tag, the frame's signals and one flag per trigger rule.
 
@@ -160,7 +163,10 @@ def scene_index_table(
     ] * rows
     for column in ("latitude", "longitude", *SIGNAL_COLUMNS, "lane_index", "lane_count"):
         columns[column] = frames[column].to_numpy()
-    columns["vehicles_in_view"] = [len(json.loads(gt)) for gt in frames["ground_truth"]]
+    if "vehicles_in_view" in frames:  # an index record counts them on the car
+        columns["vehicles_in_view"] = frames["vehicles_in_view"].to_numpy()
+    else:
+        columns["vehicles_in_view"] = [len(json.loads(gt)) for gt in frames["ground_truth"]]
     columns["lidar_point_count"] = (
         frames["lidar_point_count"].to_numpy() if "lidar_point_count" in frames else [0] * rows
     )
@@ -171,4 +177,7 @@ def scene_index_table(
     columns["source_commit"] = [source_commit] * rows
     columns["log_key"] = [log_key] * rows
     columns["frames_object"] = [frames_object] * rows
+    # False for a segment indexed from its index record: its raw log is still on the car
+    # (ingest.pulls), so it can be queried and pulled but not trained on.
+    columns["raw_available"] = [raw_available] * rows
     return pd.DataFrame(columns)

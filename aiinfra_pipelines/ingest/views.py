@@ -15,9 +15,24 @@ from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from .quarantine import QUARANTINE_PREFIX
 
 
-def scene_index_view(lake: VersionedLake, ref: str = MAIN_BRANCH) -> pd.DataFrame:
-    """Every published scene-index row (all logs) at ``ref``."""
-    return read_asset_partitions(lake, "scene_index", ref)
+def scene_index_view(
+    lake: VersionedLake, ref: str = MAIN_BRANCH, *, include_index_only: bool = False
+) -> pd.DataFrame:
+    """Every published scene-index row at ``ref`` whose frames are in the lake.
+
+    Rows indexed from a car's index record (``raw_available`` False: the raw log is still on
+    the car) have no frames to train, mine or evaluate on, so only a caller that asks for them
+    (status, pull requests, the loop summary) gets them; and once a pull brought the raw log,
+    its index-only rows give way to the raw ones.
+    """
+    index = read_asset_partitions(lake, "scene_index", ref)
+    if index.empty or "raw_available" not in index:
+        return index
+    raw = index["raw_available"].fillna(True).astype(bool)
+    if not include_index_only:
+        return index[raw].reset_index(drop=True)
+    superseded = ~raw & index["log_id"].isin(set(index.loc[raw, "log_id"]))
+    return index[~superseded].reset_index(drop=True)
 
 
 def quarantine_view(lake: VersionedLake, ref: str = MAIN_BRANCH) -> pd.DataFrame:

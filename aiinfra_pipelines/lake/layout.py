@@ -7,6 +7,15 @@ slash). Raw logs carry PII and are never merged; ``main`` receives only derived,
 INGEST_BRANCH_PREFIX = "ingest-"
 LOG_PREFIX = "logs/"
 LOG_SUFFIX = ".mcap"
+# What else a car uploads beside its logs, under ``logs/`` so that discovery sees one prefix:
+# the index record of a segment it kept raw only in its cache (``vehicle.index_only``), and
+# the notice that a pulled segment can no longer be sent (evicted from that cache).
+INDEX_RECORD_SUFFIX = ".index.json"
+PULL_NOTICE_SUFFIX = ".unservable.json"
+UPLOAD_SUFFIXES = (LOG_SUFFIX, INDEX_RECORD_SUFFIX, PULL_NOTICE_SUFFIX)
+# Requests for raw segments the fleet holds (one object per segment, on ``main``): opened by
+# an operator or mining, served or closed by the ingest of what the cars sent back.
+PULLS_PREFIX = "pulls/"
 
 # The release layer moves this pointer (on ``main``) when an engine becomes production; every
 # consumer of "the deployed engine" (mining, the fleet, shadow mode) reads it.

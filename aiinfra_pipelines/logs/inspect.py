@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.pii_check import pii_findings_report
 from aiinfra_pipelines.logs.reader import rate_hz, scan_mcap
 from aiinfra_pipelines.logs.validation import validate_drive_log
 
@@ -54,4 +55,6 @@ def inspect_log(path: Path, source: str | None = None) -> dict[str, Any]:
         "channels": _channels(data),
         "sensors": list(report.sensors),
         "derived_conditions": dict(report.derived_conditions),
+        # The cloud's PII check as ingest runs it: check a file before and after upload.
+        "pii_findings": pii_findings_report(report.pii_findings),
     }

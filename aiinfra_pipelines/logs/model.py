@@ -30,6 +30,10 @@ REQUIRED_METADATA_KEYS: tuple[str, ...] = (
     "recorded_at",
 )
 METADATA_SCHEMA_VERSION = "1"
+# Keys a log may carry besides the required ones: the car's anonymizer stamps what it did
+# (vehicle.anonymizer). Optional because a recording from before it, or from another fleet,
+# has none; the cloud's PII check judges the pixels either way.
+OPTIONAL_METADATA_KEYS: tuple[str, ...] = ("anonymizer_version", "anonymizer_regions_blurred")
 
 # The source profile (resources/sources) of the layout below, read by logs.reader; every other
 # recording goes through logs.sources.
@@ -42,6 +46,9 @@ TOPIC_POSE = "/ego/pose"  # foxglove.PoseInFrame (local map frame, metres)
 TOPIC_CAN = "/vehicle/can"  # aiinfra.CanSignals
 TOPIC_TRIGGERS = "/events/triggers"  # aiinfra.TriggerEvent
 TOPIC_GROUND_TRUTH = "/sim/ground_truth"  # aiinfra.GroundTruth (simulation only)
+# Transitions of the car's degradation state machine (vehicle.degradation); optional: logs
+# from before it, and segments in which the state never changed, have none.
+TOPIC_DEGRADATION = "/vehicle/degradation"  # aiinfra.DegradationTransition
 # The recording rig (written when a log carries a logs.rig.Recording): calibration once per
 # log, a rear camera and a LiDAR per frame, the sensors' mounting as static transforms.
 TOPIC_CAMERA_CALIBRATION = "/camera/front/calibration"  # foxglove.CameraCalibration
@@ -87,6 +94,18 @@ class TriggerEvent:
     threshold: float
 
 
+@dataclass(frozen=True)
+class DegradationEvent:
+    """A transition of the car's degradation state machine at ``timestamp_ns`` (log time):
+    ``from_state`` -> ``to_state`` (nominal, degraded, minimal_risk), its cause and detail."""
+
+    timestamp_ns: int
+    from_state: str
+    to_state: str
+    cause: str
+    detail: str = ""
+
+
 @dataclass
 class Frame:
     """One synchronized sample of all channels at the camera timestamp."""
@@ -125,6 +144,8 @@ class DriveLog:
     # How the car recorded (camera encoding, calibration, transforms); None: the front-camera
     # layout of fleet-6 and earlier, RawImage only. Not read back: a file states it in messages.
     recording: Recording | None = None
+    # The degradation state machine's transitions within the segment (time order).
+    degradation: list[DegradationEvent] = field(default_factory=list)
 
     @property
     def log_id(self) -> str:

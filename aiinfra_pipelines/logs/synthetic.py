@@ -32,6 +32,9 @@ _DEFAULT_OPTIONS: dict[str, Any] = {
     "image_height": 48,
     "image_width": 128,
     "plates_per_frame": 3,
+    # As a car uploads it: plates flattened by the vehicle anonymizer. False gives the raw
+    # recording, readable plates and all (what the cloud's PII check must refuse).
+    "vehicle_anonymized": True,
 }
 
 
@@ -129,8 +132,8 @@ def make_synthetic_log(n_frames: int = 20, seed: int = 0, **overrides: Any) -> D
     """A valid log: ``n_frames`` at 10 Hz, 48x128 rgb8 frames with plates, one trigger event.
 
     ``overrides`` may set any metadata key (``None`` removes it) or one of ``frame_rate_hz``,
-    ``image_height``, ``image_width``, ``plates_per_frame``; unknown names raise ``TypeError``
-    so a typo in a test cannot silently produce a valid log.
+    ``image_height``, ``image_width``, ``plates_per_frame``, ``vehicle_anonymized``; unknown
+    names raise ``TypeError`` so a typo in a test cannot silently produce a valid log.
     """
     options, metadata_overrides = _split_overrides(overrides)
     rng = np.random.default_rng(seed)
@@ -170,4 +173,12 @@ def make_synthetic_log(n_frames: int = 20, seed: int = 0, **overrides: Any) -> D
     if n_frames:
         middle = frames[n_frames // 2]
         events.append(TriggerEvent(middle.timestamp_ns, "hard_brake", middle.accel_mps2, -4.0))
-    return DriveLog(metadata=metadata, frames=frames, events=events)
+    log = DriveLog(metadata=metadata, frames=frames, events=events)
+    return _vehicle_anonymized(log) if options["vehicle_anonymized"] else log
+
+
+def _vehicle_anonymized(log: DriveLog) -> DriveLog:
+    """The log through the car's anonymizer, as vehicle.yaml configures it."""
+    from aiinfra_pipelines.vehicle.anonymizer import VehicleAnonymizer  # vehicle imports logs
+
+    return VehicleAnonymizer.from_settings().anonymize(log)

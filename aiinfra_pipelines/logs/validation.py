@@ -39,11 +39,18 @@ from aiinfra_pipelines.logs.anonymize import PSEUDONYM_KEY, PSEUDONYM_PREFIX
 from aiinfra_pipelines.logs.errors import DriveLogError
 from aiinfra_pipelines.logs.model import (
     METADATA_SCHEMA_VERSION,
+    OPTIONAL_METADATA_KEYS,
     REQUIRED_METADATA_KEYS,
     REQUIRED_TOPICS,
     SIMULATED_PROFILE,
     TOPIC_CAMERA,
     DriveLog,
+)
+from aiinfra_pipelines.logs.pii_check import (
+    RESIDUAL_PII,
+    PiiFinding,
+    describe_findings,
+    find_residual_pii,
 )
 from aiinfra_pipelines.logs.reader import (
     ScannedLog,
@@ -101,6 +108,8 @@ class ValidationReport:
     derived_conditions: dict[str, str] = field(default_factory=dict)
     # SHA-256 of the cameras' calibration and the static transforms as recorded ("" if none).
     calibration_sha256: str = ""
+    # Regions the cloud's PII check found still readable (logs.pii_check); any one quarantines.
+    pii_findings: list[PiiFinding] = field(default_factory=list)
 
     @property
     def codes(self) -> list[str]:
@@ -177,7 +186,7 @@ def expected_metadata_keys(anonymized: bool = False) -> tuple[str, ...]:
 def _check_keys(metadata: dict[str, str], anonymized: bool) -> list[Reason]:
     expected = expected_metadata_keys(anonymized)
     missing = [key for key in expected if key not in metadata]
-    unexpected = sorted(set(metadata) - set(expected))
+    unexpected = sorted(set(metadata) - set(expected) - set(OPTIONAL_METADATA_KEYS))
     reasons = []
     if missing or unexpected:
         parts = [f"missing keys {missing}"] if missing else []
@@ -300,7 +309,7 @@ def check_timing(times_ns: Iterable[int], rules: dict[str, Any]) -> list[Reason]
     return reasons
 
 
-def _check_signal(name: str, values: np.ndarray, bounds: dict | None) -> list[Reason]:
+def check_signal(name: str, values: np.ndarray, bounds: dict | None) -> list[Reason]:
     finite = np.isfinite(values)
     reasons = []
     if not finite.all():
@@ -332,9 +341,9 @@ def check_signals(log: DriveLog, rules: dict[str, Any]) -> list[Reason]:
     reasons = []
     for name in SIGNALS:
         values = np.array([getattr(frame, name) for frame in log.frames], dtype=np.float64)
-        reasons += _check_signal(name, values, rules["ranges"].get(name))
+        reasons += check_signal(name, values, rules["ranges"].get(name))
     event_values = np.array([e.value for e in log.events], dtype=np.float64)
-    reasons += _check_signal("trigger value", event_values, None)
+    reasons += check_signal("trigger value", event_values, None)
     return reasons
 
 
@@ -366,6 +375,18 @@ def check_events(log: DriveLog) -> list[Reason]:
         Reason("event_outside_log", f"trigger {e.rule} at {e.timestamp_ns} is outside the log")
         for e in outside
     ]
+
+
+def check_residual_pii(
+    log: DriveLog, rules: dict[str, Any]
+) -> tuple[list[Reason], list[PiiFinding]]:
+    """The cloud's PII check as a quarantine reason, with every finding for the report."""
+    settings = rules["pii_check"]
+    findings = find_residual_pii(log, settings)
+    if not findings:
+        return [], []
+    message = describe_findings(findings, int(settings["listed_in_reason"]))
+    return [Reason(RESIDUAL_PII, message)], findings
 
 
 def check_log_content(log: DriveLog, rules: dict[str, Any] | None = None) -> list[Reason]:
@@ -438,9 +459,12 @@ def _validate(
     frame_count, duration, rate = _camera_stats(scanned)
     builder = ProfileLogBuilder(scanned, profile or load_profiles()[SIMULATED_PROFILE])
     sync: list[ClockSync] = []
+    findings: list[PiiFinding] = []
     if log is not None:
         reasons += check_log_content(log, rules)
         sync = _check_simulated_sensors(builder, log, rules, reasons)
+        pii_reasons, findings = check_residual_pii(log, rules)
+        reasons += pii_reasons
     else:  # timing needs only the camera channel, so still report it
         reasons += check_timing((m.log_time for m in scanned.messages[TOPIC_CAMERA]), rules)
     return ValidationReport(
@@ -454,6 +478,7 @@ def _validate(
         profile=SIMULATED_PROFILE,
         sensors=_with_clock(builder.sensors, sync),
         calibration_sha256=builder.calibration_sha256,
+        pii_findings=findings,
     )
 
 
@@ -522,8 +547,11 @@ def _validate_profiled(
     reasons += [Reason(problem.code, problem.message) for problem in builder.problems]
     sync = clock_sync(builder.clock_offsets())
     reasons += check_clock_sync(sync, rules)
+    findings: list[PiiFinding] = []
     if log is not None:
         reasons += check_log_content(log, rules)
+        pii_reasons, findings = check_residual_pii(log, rules)
+        reasons += pii_reasons
     duration = float((times.max() - times.min()) / 1e9) if len(times) > 1 else 0.0
     return ValidationReport(
         accepted=not reasons,
@@ -537,6 +565,7 @@ def _validate_profiled(
         sensors=_with_clock(builder.sensors, sync),
         derived_conditions=dict(builder.derived_conditions),
         calibration_sha256=builder.calibration_sha256,
+        pii_findings=findings,
     )
 
 

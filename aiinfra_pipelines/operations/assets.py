@@ -49,6 +49,7 @@ from .drift import (
 )
 from .failures import loop_failures
 from .landing import read_uploads
+from .outbox_telemetry import outbox_by_vehicle
 from .telemetry import (
     TelemetrySettings,
     confidence_histogram,
@@ -141,6 +142,8 @@ def fleet_telemetry(
         "by_model_and_version": _md(telemetry_summary(batch.accepted)),
         # Cars that ran a candidate in shadow mode: how often it would have decided the same.
         "shadow_mode": dg.MetadataValue.json(shadow_agreement(batch.accepted)),
+        # Each car's upload outbox: backlog, bytes per priority, evictions, pulls it served.
+        "outbox_by_vehicle": _md(outbox_by_vehicle(batch.accepted)),
         "source_commit": commit,
         "main_commit": main_commit,
         "records": f"lakefs://{lake.repository}/{main_commit}/{records_key}",

@@ -27,9 +27,19 @@ Landed record (JSON object or Parquet row)::
     shadow_engine_sha256 str   optional: the engine run in shadow mode ("" = none)
     shadow_frames        int   optional: frames it perceived and planned on without acting
     shadow_agreements    int   optional: of those, frames whose shadow plan matched the driven one
+    degraded_frames      int   optional: frames the degradation state machine spent in degraded
+    minimal_risk_frames  int   optional: ... and in minimal_risk
+    engine_errors        int   optional: frames on which the engine raised
+    degradation_transitions  list  optional: every state transition, each {offset_s (seconds
+                               after recorded_at), from_state, to_state, cause, detail}
+
+    outbox_*             optional: the car's outbox at send time (operations.outbox_telemetry):
+                               backlog logs/bytes, held logs, evictions, pulls served and
+                               unservable, bytes sent by priority class ({class: bytes})
 
 Published rows drop ``vin`` and gain ``vehicle_pseudonym``, ``batch_id``, ``source_commit`` and
-``source_key``; ``record_id`` is replaced by its keyed hash.
+``source_key``; ``record_id`` is replaced by its keyed hash; ``degradation_transitions`` and
+``outbox_bytes_sent_by_class`` are published as JSON text (one Parquet column of any length).
 """
 
 from __future__ import annotations
@@ -51,6 +61,9 @@ import pandas as pd
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.fleet.vehicles import is_valid_vin
 from aiinfra_pipelines.logs.anonymize import pseudonymize_vin
+from aiinfra_pipelines.vehicle.degradation import ALLOWED_TRANSITIONS, TRANSITION_CAUSES
+
+from .outbox_telemetry import OUTBOX_DEFAULTS, outbox_fields, outbox_problems, published_outbox
 
 COUNT_FIELDS = ("fallback_frames", "fallback_events", "near_misses", "collisions", "hard_brakes")
 LATENCY_FIELDS = ("latency_ms_p50", "latency_ms_p95", "latency_ms_p99")
@@ -69,6 +82,15 @@ SHADOW_DEFAULTS: dict[str, Any] = {  # release.shadow.shadow_agreement summarize
     "shadow_frames": 0,
     "shadow_agreements": 0,
 }
+# The degradation state machine's figures (vehicle.degradation); optional like shadow's.
+DEGRADATION_DEFAULTS: dict[str, Any] = {
+    "degraded_frames": 0,
+    "minimal_risk_frames": 0,
+    "engine_errors": 0,
+    "degradation_transitions": [],
+}
+TRANSITION_FIELDS = ("offset_s", "from_state", "to_state", "cause", "detail")
+DEGRADATION_COUNTS = ("degraded_frames", "minimal_risk_frames", "engine_errors")
 PUBLISHED_COLUMNS = (
     "record_id",
     "vehicle_pseudonym",
@@ -82,6 +104,8 @@ PUBLISHED_COLUMNS = (
     "confidence_histogram",
     *COUNT_FIELDS,
     *SHADOW_DEFAULTS,
+    *DEGRADATION_DEFAULTS,
+    *OUTBOX_DEFAULTS,
     "batch_id",
     "source_commit",
     "source_key",
@@ -159,11 +183,17 @@ def telemetry_record(
     collisions: int = 0,
     hard_brakes: int = 0,
     shadow: tuple[str, int, int] | None = None,
+    degradation: Mapping[str, Any] | None = None,
+    outbox: Mapping[str, Any] | None = None,
     settings: TelemetrySettings | None = None,
 ) -> dict[str, Any]:
     """One vehicle-side record from per-frame series, as a car's telemetry agent builds it.
 
-    ``shadow`` is (engine sha256, frames, agreeing frames) when an engine ran in shadow mode.
+    ``outbox`` is the car's outbox snapshot (``vehicle.outbox.Outbox.status()``) when it
+    reports one (``operations.outbox_telemetry``).
+
+    ``shadow`` is (engine sha256, frames, agreeing frames) when an engine ran in shadow mode;
+    ``degradation`` holds the :data:`DEGRADATION_DEFAULTS` fields when the car reports them.
 
     Fallback comes either as per-frame ``fallback_flags`` or, where only totals are known, as
     ``fallback_counts`` = (fallback frames, fallback activations).
@@ -204,6 +234,12 @@ def telemetry_record(
             if shadow is not None
             else {}
         ),
+        **(
+            {name: degradation.get(name, default) for name, default in DEGRADATION_DEFAULTS.items()}
+            if degradation is not None
+            else {}
+        ),
+        **(outbox_fields(outbox) if outbox is not None else {}),
     }
 
 
@@ -216,12 +252,14 @@ def record_from_episode(
     cohort: str,
     recorded_at: str,
     record_id: str,
+    outbox: Mapping[str, Any] | None = None,
     settings: TelemetrySettings | None = None,
 ) -> dict[str, Any]:
     """A record from one closed-loop episode (``fleet.closed_loop.EpisodeMetrics`` or its dict).
 
     Latency is the per-step perception time; a near miss is an episode without collision whose
-    minimum TTC or bumper gap fell below the operations.yaml thresholds.
+    minimum TTC or bumper gap fell below the operations.yaml thresholds. Every degradation
+    transition goes with its offset from the episode's start and its cause.
     """
     settings = settings or TelemetrySettings.load()
     m = metrics.to_dict() if hasattr(metrics, "to_dict") else dict(metrics)
@@ -248,8 +286,26 @@ def record_from_episode(
             if m.get("shadow_engine_sha256")
             else None
         ),
+        degradation=_episode_degradation(m),
+        outbox=outbox,
         settings=settings,
     )
+
+
+def _episode_degradation(m: Mapping[str, Any]) -> dict[str, Any]:
+    transitions = [
+        {
+            "offset_s": round(int(t["timestamp_ns"]) / 1e9, 6),
+            **{name: str(t[name]) for name in TRANSITION_FIELDS[1:]},
+        }
+        for t in m.get("degradation_transitions") or []
+    ]
+    return {
+        "degraded_frames": int(m.get("degraded_steps") or 0),
+        "minimal_risk_frames": int(m.get("minimal_risk_steps") or 0),
+        "engine_errors": int(m.get("engine_errors") or 0),
+        "degradation_transitions": transitions,
+    }
 
 
 # ----------------------------------------------------------------------------------- parsing
@@ -360,6 +416,8 @@ def check_record(record: Any, settings: TelemetrySettings) -> list[tuple[str, st
                 )
             )
     problems += _shadow_problems(record)
+    problems += _degradation_problems(record, frames)
+    problems += outbox_problems(record)
     histogram = record.get("confidence_histogram")
     if "confidence_histogram" in record:
         if (
@@ -397,6 +455,45 @@ def _shadow_problems(record: Mapping[str, Any]) -> list[tuple[str, str]]:
     elif frames and not shadow:
         problems.append(("inconsistent_counts", "shadow_frames without shadow_engine_sha256"))
     return problems
+
+
+def _degradation_problems(record: Mapping[str, Any], frames: Any) -> list[tuple[str, str]]:
+    """The optional degradation fields, when present: counts within the frames, transitions
+    the state machine can make, for causes it knows."""
+    problems: list[tuple[str, str]] = []
+    counts = {name: record.get(name, 0) for name in DEGRADATION_COUNTS}
+    for name, value in counts.items():
+        if not _is_int(value) or value < 0:
+            problems.append(("invalid_count", f"{name} must be a non-negative integer"))
+    if frames is not None and all(_is_int(v) for v in counts.values()):
+        outside = counts["degraded_frames"] + counts["minimal_risk_frames"]
+        if max(outside, counts["engine_errors"]) > frames:
+            problems.append(("inconsistent_counts", "degradation frames exceed frames"))
+    transitions = record.get("degradation_transitions", [])
+    if not isinstance(transitions, list | tuple):
+        return [*problems, ("invalid_transition", "degradation_transitions must be a list")]
+    for index, transition in enumerate(transitions):
+        problem = _transition_problem(transition)
+        if problem:
+            problems.append(("invalid_transition", f"degradation_transitions[{index}]: {problem}"))
+    return problems
+
+
+def _transition_problem(transition: Any) -> str:
+    """Why one reported transition is not one the state machine can make ("" if it is)."""
+    if not isinstance(transition, Mapping) or set(transition) != set(TRANSITION_FIELDS):
+        return f"must have exactly the fields {list(TRANSITION_FIELDS)}"
+    names = ("from_state", "to_state", "cause", "detail")
+    if not all(isinstance(transition[name], str) for name in names):
+        return f"{', '.join(names)} must be strings"
+    if (transition["from_state"], transition["to_state"]) not in ALLOWED_TRANSITIONS:
+        return f"no transition {transition['from_state']!r} -> {transition['to_state']!r}"
+    if transition["cause"] not in TRANSITION_CAUSES:
+        return f"unknown cause {transition['cause']!r}"
+    offset = transition["offset_s"]
+    if not (_is_number(offset) and math.isfinite(offset) and offset >= 0):
+        return "offset_s must be a finite number >= 0"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -471,6 +568,13 @@ def validate_uploads(
             row = {name: record[name] for name in RECORD_FIELDS if name != "vin"}
             row.update(
                 {name: record.get(name, default) for name, default in SHADOW_DEFAULTS.items()}
+            )
+            row.update(
+                {name: record.get(name, default) for name, default in DEGRADATION_DEFAULTS.items()}
+            )
+            row.update(published_outbox(record))
+            row["degradation_transitions"] = json.dumps(
+                [dict(t) for t in row["degradation_transitions"]], sort_keys=True
             )
             row["record_id"] = hashed_record_id(record["record_id"], key)
             row["vehicle_pseudonym"] = pseudonymize_vin(record["vin"], key)

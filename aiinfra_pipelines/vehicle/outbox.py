@@ -26,7 +26,7 @@ import hashlib
 import json
 import math
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,19 +34,34 @@ from pathlib import Path
 
 from aiinfra_pipelines.durable import write_durably
 from aiinfra_pipelines.lake.errors import NotFoundError
-from aiinfra_pipelines.lake.layout import LOG_PREFIX, LOG_SUFFIX
+from aiinfra_pipelines.lake.layout import (
+    INDEX_RECORD_SUFFIX,
+    LOG_PREFIX,
+    LOG_SUFFIX,
+    PULL_NOTICE_SUFFIX,
+)
 from aiinfra_pipelines.lake.port import UploadHandle, VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
-from .outbox_settings import OutboxSettings
+from .outbox_settings import OutboxSettings, PriorityClass
 
 QUEUED, UPLOADING, UPLOADED, EVICTED = "queued", "uploading", "uploaded", "evicted"
+# A raw log whose index record went up instead: cached until a pull or an eviction.
+HELD = "held"
 Progress = Callable[[str, str, int], None]
 OPEN_STATES = (QUEUED, UPLOADING)
+CACHED_STATES = (QUEUED, UPLOADING, HELD)
+# What an outbox item is: a raw log, the index record of a held log, or the notice that a
+# pulled log can no longer be sent. Each lands under its own suffix (lake.layout).
+LOG, INDEX, NOTICE = "log", "index", "notice"
+ITEM_SUFFIXES = {LOG: LOG_SUFFIX, INDEX: INDEX_RECORD_SUFFIX, NOTICE: PULL_NOTICE_SUFFIX}
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS logs (
-    log_id TEXT PRIMARY KEY,
+    log_id TEXT PRIMARY KEY,  -- the item's id: the log id, or "<log id>.index" / ".unservable"
+    kind TEXT NOT NULL,
+    segment TEXT NOT NULL,    -- the log the item is about
+    object_key TEXT NOT NULL, -- where it lands on the batch branch
     class TEXT NOT NULL,
     rank INTEGER NOT NULL,
     rules TEXT NOT NULL,
@@ -97,6 +112,7 @@ class DrainReport:
     bytes_sent: int = 0
     stopped_by: str = "queue empty"
     commits: dict[str, str] = field(default_factory=dict)  # branch → commit id
+    branches: list[str] = field(default_factory=list)  # where this drain staged uploads
 
 
 class Outbox:
@@ -129,7 +145,7 @@ class Outbox:
             connection.close()
 
     def _data_path(self, log_id: str) -> Path:
-        return self.folder / "data" / f"{log_id}{LOG_SUFFIX}"
+        return self.folder / "data" / f"{log_id}.bin"
 
     def _event(self, db: sqlite3.Connection, kind: str, log_id: str, **detail: object) -> None:
         db.execute(
@@ -144,22 +160,51 @@ class Outbox:
         The file is durable before the row exists, so a queued log always has its bytes.
         Enqueuing the same log again is a no-op; other bytes under a known id are refused.
         """
-        sha = hashlib.sha256(data).hexdigest()
         priority = self.settings.class_of(rules)
+        self._insert(log_id, LOG, log_id, data, rules, priority, QUEUED)
+        return priority.name
+
+    def hold(self, log_id: str, data: bytes, rules: Sequence[str], index_record: bytes) -> str:
+        """Keep a low-value log in the cache and queue only its index record.
+
+        The log waits, ``held``, for a pull (:meth:`serve_pulls`) or for eviction; its index
+        record goes up in the index-record class (vehicle.yaml ``outbox.index_record_class``).
+        Returns the held log's class.
+        """
+        priority = self.settings.class_of(rules)
+        self._insert(log_id, LOG, log_id, data, rules, priority, HELD)
+        index_class = self.settings.class_named(self.settings.index_record_class)
+        self._insert(f"{log_id}.{INDEX}", INDEX, log_id, index_record, rules, index_class, QUEUED)
+        return priority.name
+
+    def _insert(
+        self,
+        item_id: str,
+        kind: str,
+        segment: str,
+        data: bytes,
+        rules: Sequence[str],
+        priority: PriorityClass,
+        state: str,
+    ) -> None:
+        sha = hashlib.sha256(data).hexdigest()
         with self._db() as db:
-            known = db.execute("SELECT sha256 FROM logs WHERE log_id = ?", (log_id,)).fetchone()
+            known = db.execute("SELECT sha256 FROM logs WHERE log_id = ?", (item_id,)).fetchone()
         if known is not None:
             if known["sha256"] != sha:
-                raise ValueError(f"log {log_id} is already in the outbox with other content")
-            return priority.name
-        write_durably(self._data_path(log_id), data)
+                raise ValueError(f"log {item_id} is already in the outbox with other content")
+            return
+        write_durably(self._data_path(item_id), data)
         with self._db() as db:
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM logs").fetchone()[0]
             db.execute(
-                "INSERT INTO logs (log_id, class, rank, rules, size, sha256, seq, enqueued_at, "
-                "state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO logs (log_id, kind, segment, object_key, class, rank, rules, size, "
+                "sha256, seq, enqueued_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    log_id,
+                    item_id,
+                    kind,
+                    segment,
+                    f"{LOG_PREFIX}{segment}{ITEM_SUFFIXES[kind]}",
                     priority.name,
                     priority.rank,
                     json.dumps(sorted(rules)),
@@ -167,34 +212,36 @@ class Outbox:
                     sha,
                     seq,
                     self.clock().isoformat(),
-                    QUEUED,
+                    state,
                 ),
             )
-            self._event(db, "enqueued", log_id, priority=priority.name, bytes=len(data))
+            event = "held" if state == HELD else "enqueued"
+            self._event(db, event, item_id, priority=priority.name, bytes=len(data), item=kind)
             evicted = self._evict_over_cap(db)
         # Files go only once the evictions are committed: a queued row always has its bytes.
         for evicted_id in evicted:
             self._data_path(evicted_id).unlink(missing_ok=True)
-        return priority.name
 
     def _evict_over_cap(self, db: sqlite3.Connection) -> list[str]:
         """Mark queued (not half-sent) logs of evictable classes evicted, lowest class and
         oldest first, until the cache is within its cap; returns their ids."""
         evicted: list[str] = []
         cached = db.execute(
-            f"SELECT COALESCE(SUM(size), 0) FROM logs WHERE state IN {OPEN_STATES}"
+            f"SELECT COALESCE(SUM(size), 0) FROM logs WHERE state IN {CACHED_STATES}"
         ).fetchone()[0]
         if cached <= self.settings.cache_cap_bytes:
             return evicted
         evictable = [p.name for p in self.settings.classes if p.evictable]
+        # Held logs go first (their index is in the lake already), then queued ones.
         candidates = db.execute(
-            "SELECT log_id, class, size FROM logs WHERE state = ? ORDER BY rank DESC, seq ASC",
-            (QUEUED,),
+            "SELECT log_id, class, size, state FROM logs WHERE state IN (?, ?) AND kind = ? "
+            "ORDER BY state = ? DESC, rank DESC, seq ASC",
+            (HELD, QUEUED, LOG, HELD),
         ).fetchall()
         for row in candidates:
             if cached <= self.settings.cache_cap_bytes:
                 break
-            if row["class"] not in evictable:
+            if row["class"] not in evictable and row["state"] != HELD:
                 continue
             db.execute(
                 "UPDATE logs SET state = ?, finished_at = ? WHERE log_id = ?",
@@ -207,6 +254,7 @@ class Outbox:
                 priority=row["class"],
                 bytes=row["size"],
                 reason=f"cache over its cap of {self.settings.cache_cap_bytes} bytes",
+                held=row["state"] == HELD,
             )
             evicted.append(row["log_id"])
             cached -= row["size"]
@@ -221,6 +269,7 @@ class Outbox:
         window_open: bool,
         on_progress: Progress | None = None,
         commit_metadata: dict[str, str] | None = None,
+        commit: bool = True,
     ) -> DrainReport:
         """Upload what the order, the budget and the window allow; commit what completed.
 
@@ -252,11 +301,60 @@ class Outbox:
             elif outcome.stopped_by:
                 report.stopped_by = outcome.stopped_by
                 break
-        for branch in sorted(touched):
-            commit = self._commit(lake, branch, commit_metadata or {})
-            if commit:
-                report.commits[branch] = commit
+        report.branches = sorted(touched)
+        for branch in report.branches if commit else []:
+            commit_id = commit_uploads(lake, branch, commit_metadata or {})
+            if commit_id:
+                report.commits[branch] = commit_id
         return report
+
+    # --------------------------------------------------------------------------- pulls
+    def serve_pulls(self, requests: Mapping[str, Mapping[str, object]]) -> PullReport:
+        """Answer the platform's open pull requests (``{log id: request}``) for logs here.
+
+        A held log is queued again (its class decides when it goes: a bulk log waits for the
+        window); a log this car evicted gets a notice queued instead, so the request can be
+        closed with that reason. Requests for logs this car never had are not its to answer.
+        Answering twice is a no-op.
+        """
+        report = PullReport()
+        with self._db() as db:
+            for log_id, request in sorted(requests.items()):
+                row = db.execute(
+                    "SELECT * FROM logs WHERE log_id = ? AND kind = ?", (log_id, LOG)
+                ).fetchone()
+                if row is None:
+                    continue
+                if row["state"] == HELD:
+                    db.execute("UPDATE logs SET state = ? WHERE log_id = ?", (QUEUED, log_id))
+                    self._event(db, "pull_served", log_id, request=request.get("request_id"))
+                    report.served.append(log_id)
+                elif row["state"] == EVICTED:
+                    report.unservable.append(log_id)
+        for log_id in report.unservable:
+            evicted_at = self._evicted_at(log_id)
+            notice = {
+                "log_id": log_id,
+                "request_id": requests[log_id].get("request_id"),
+                "status": "unservable",
+                "reason": f"evicted from the vehicle's cache at {evicted_at}",
+                "evicted_at": evicted_at,
+            }
+            body = json.dumps(notice, sort_keys=True).encode()
+            index_class = self.settings.class_named(self.settings.index_record_class)
+            item_id = f"{log_id}.{NOTICE}"
+            with self._db() as db:
+                answered = db.execute("SELECT 1 FROM logs WHERE log_id = ?", (item_id,)).fetchone()
+            if answered is None:
+                self._insert(item_id, NOTICE, log_id, body, [], index_class, QUEUED)
+                with self._db() as db:
+                    self._event(db, "pull_unservable", log_id, reason=notice["reason"])
+        return report
+
+    def _evicted_at(self, log_id: str) -> str:
+        with self._db() as db:
+            row = db.execute("SELECT finished_at FROM logs WHERE log_id = ?", (log_id,)).fetchone()
+        return "" if row is None else str(row["finished_at"])
 
     def _sent_today(self, db: sqlite3.Connection) -> int:
         day = self.clock().date().isoformat()
@@ -266,7 +364,7 @@ class Outbox:
 
     def _handle(self, lake: VersionedLake, row: sqlite3.Row, branch: str) -> _Resumed:
         """The open upload for ``row`` with the parts the lake holds, or the finished object."""
-        key = f"{LOG_PREFIX}{row['log_id']}{LOG_SUFFIX}"
+        key = row["object_key"]
         if row["state"] == UPLOADING:
             handle = UploadHandle(row["branch"], row["key"], row["upload_id"])
             try:
@@ -358,24 +456,6 @@ class Outbox:
         outcome.completed = True
         return outcome
 
-    @staticmethod
-    def _commit(lake: VersionedLake, branch: str, metadata: dict[str, str]) -> str | None:
-        """Commit the logs completed on ``branch`` (and any a crashed drain left staged)."""
-        staged = [entry for entry in lake.uncommitted(branch) if entry.key.startswith(LOG_PREFIX)]
-        if not staged:
-            return None
-        total = sum(entry.size or 0 for entry in staged)
-        return lake.commit(
-            branch,
-            f"outbox upload: {len(staged)} log(s)",
-            {
-                "kind": "ingest-upload",
-                "log_count": str(len(staged)),
-                "total_bytes": str(total),
-                **metadata,
-            },
-        )
-
     # -------------------------------------------------------------------------- report
     def status(self) -> dict[str, object]:
         """Backlog and bytes sent per class, today's budget use, evictions (for telemetry)."""
@@ -401,12 +481,24 @@ class Outbox:
                 ).fetchall()
             ]
             sent_today = self._sent_today(db)
+            held = db.execute(
+                "SELECT COUNT(*) AS logs, COALESCE(SUM(size), 0) AS bytes FROM logs "
+                "WHERE state = ?",
+                (HELD,),
+            ).fetchone()
+            events = {
+                row["kind"]: row["n"]
+                for row in db.execute("SELECT kind, COUNT(*) AS n FROM events GROUP BY kind")
+            }
         return {
             "backlog": backlog,
             "bytes_sent_by_class": sent,
             "sent_today_bytes": sent_today,
             "daily_budget_bytes": self.settings.daily_budget_bytes,
             "evictions": evictions,
+            "held": {"logs": held["logs"], "bytes": held["bytes"]},
+            "pulls_served": events.get("pull_served", 0),
+            "pulls_unservable": events.get("pull_unservable", 0),
         }
 
     def states(self) -> dict[str, str]:
@@ -423,6 +515,44 @@ class Outbox:
                 (row["log_id"], row["part_number"])
                 for row in db.execute("SELECT log_id, part_number FROM transfers ORDER BY id")
             ]
+
+
+def commit_uploads(lake: VersionedLake, branch: str, metadata: dict[str, str]) -> str | None:
+    """Commit what outboxes completed on ``branch`` (and any a crashed drain left staged).
+
+    Several cars' drains can stage on one batch branch and commit once: one commit is one
+    ingest batch, so a fleet's upload is ingested in one run.
+    """
+    staged = [entry for entry in lake.uncommitted(branch) if entry.key.startswith(LOG_PREFIX)]
+    if not staged:
+        return None
+    total = sum(entry.size or 0 for entry in staged)
+    kinds = {
+        kind: sum(entry.key.endswith(suffix) for entry in staged)
+        for kind, suffix in ITEM_SUFFIXES.items()
+    }
+    batch = metadata.get("batch_id")
+    return lake.commit(
+        branch,
+        f"{f'upload batch {batch}' if batch else 'outbox upload'}: {kinds[LOG]} log(s), "
+        f"{kinds[INDEX]} index record(s), {kinds[NOTICE]} pull notice(s)",
+        {
+            "kind": "ingest-upload",
+            "log_count": str(kinds[LOG]),
+            "index_records": str(kinds[INDEX]),
+            "pull_notices": str(kinds[NOTICE]),
+            "total_bytes": str(total),
+            **metadata,
+        },
+    )
+
+
+@dataclass
+class PullReport:
+    """What one answer to the pull requests did: logs queued again, logs gone (evicted)."""
+
+    served: list[str] = field(default_factory=list)
+    unservable: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -28,6 +28,9 @@ class OutboxSettings:
     part_bytes: int
     cache_cap_bytes: int
     version: str = ""
+    # The class index records and pull notices travel in (small, and what the platform needs
+    # to decide what to pull: no upload window).
+    index_record_class: str = ""
 
     @classmethod
     def load(cls, config: Mapping[str, Any] | None = None) -> OutboxSettings:
@@ -64,7 +67,9 @@ class OutboxSettings:
             part_bytes=int(section["part_bytes"]),
             cache_cap_bytes=int(section["cache_cap_bytes"]),
             version=str(config.get("version", "")),
+            index_record_class=str(section.get("index_record_class", classes[0].name)),
         )
+        settings.class_named(settings.index_record_class)  # a typo fails here, not mid-drain
         for key in ("daily_budget_bytes", "part_bytes", "cache_cap_bytes"):
             if getattr(settings, key) <= 0:
                 raise ValueError(f"{CONFIG_FILE} outbox.{key} must be positive")

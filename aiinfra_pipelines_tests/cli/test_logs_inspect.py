@@ -88,3 +88,25 @@ def test_a_simulated_fleet_log_reports_both_cameras_and_the_lidar(tmp_path) -> N
     assert sensors["lidar"]["points_mean"] >= 0
     code, table = _inspect(str(path))
     assert code == 0 and "/camera/rear" in table and "/lidar/points" in table
+
+
+def test_pii_findings_are_reported_before_and_after_the_cars_anonymizer(tmp_path) -> None:
+    """The cloud's check, as ingest runs it, on a file an engineer holds."""
+    raw = tmp_path / "raw.mcap"
+    write_drive_log(make_synthetic_log(n_frames=10, seed=4, vehicle_anonymized=False), raw)
+    code, output = _inspect(str(raw), "--json")
+    assert code == 1
+    report = json.loads(output)
+    findings = report["pii_findings"]
+    assert findings["count"] == 30 == len(findings["regions"])
+    assert findings["frames"] == list(range(10))
+    region = findings["regions"][0]
+    assert set(region) >= {"frame_index", "camera", "box", "kind", "found_by", "contrast"}
+    assert region["kind"] == "plate" and len(region["box"]) == 4
+    assert "residual_pii" in [reason["code"] for reason in report["reasons"]]
+
+    blurred = tmp_path / "blurred.mcap"
+    write_drive_log(make_synthetic_log(n_frames=10, seed=4), blurred)
+    code, output = _inspect(str(blurred), "--json")
+    assert code == 0, output
+    assert json.loads(output)["pii_findings"] == {"count": 0, "frames": [], "regions": []}

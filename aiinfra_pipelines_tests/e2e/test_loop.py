@@ -41,7 +41,7 @@ import yaml
 from aiinfra_pipelines.config import PROJECT_ROOT, resources_dir
 from aiinfra_pipelines.fleet.conditions import plan_conditions
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
-from aiinfra_pipelines.lake.io_manager import read_parquet_prefix
+from aiinfra_pipelines.lake.io_manager import read_asset_partitions, read_parquet_prefix
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX, root_run_id_of_branch
 from aiinfra_pipelines.release.rollout import PUBLISHED_TELEMETRY_PREFIX, latest_telemetry_commit
@@ -144,7 +144,19 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     quarantined = quarantine_view(lake)
     assert list(quarantined["reason_codes"]) == ["truncated"]  # the demo's corrupt upload
     landed_logs = first["logs_landed"] + second["logs_landed"]
-    assert index["log_key"].nunique() + len(quarantined) == landed_logs
+    # Every upload is indexed (raw logs, and index records of segments the cars kept) or
+    # quarantined; the demo's cache never evicts, so no pull notice travels.
+    every_row = read_asset_partitions(lake, "scene_index", MAIN_BRANCH)
+    assert every_row["log_key"].nunique() + len(quarantined) == landed_logs
+    uploads = first["uploads"]
+    assert uploads["raw_logs"] > 0 and uploads["evictions"] == 0, uploads
+    assert every_row["raw_available"].sum() == len(index)  # what may be trained on
+    storage = second["storage"]
+    assert storage["frames_stored"] == len(index)
+    assert 0 < storage["frames_ever_trained_on"] <= storage["frames_stored"], storage
+    if "pulls" in second:  # mining asked for the weak slices' index-only segments
+        served = second["uploads"]["pulls_served"]
+        assert served == second["pulls"]["requested"], (second["pulls"], second["uploads"])
     assert len(index) == first["frames_accepted"] + second["frames_accepted"]
     assert first["logs_quarantined"] == 1 and second["logs_quarantined"] == 0
     failed = {r.run_id for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE}

@@ -10,10 +10,16 @@ import pytest
 
 from aiinfra_pipelines.fleet.conditions import ROAD_TYPES, Conditions
 from aiinfra_pipelines.fleet.settings import FleetConfig, with_overrides
+from aiinfra_pipelines.fleet.sim_env import paint_plate
 from aiinfra_pipelines.fleet.simulator import drive_episode, drive_fleet
 from aiinfra_pipelines.fleet.triggers import load_trigger_config
 from aiinfra_pipelines.fleet.vehicles import build_fleet
-from aiinfra_pipelines.logs.model import METADATA_SCHEMA_VERSION, REQUIRED_METADATA_KEYS, DriveLog
+from aiinfra_pipelines.logs.model import (
+    METADATA_SCHEMA_VERSION,
+    OPTIONAL_METADATA_KEYS,
+    REQUIRED_METADATA_KEYS,
+    DriveLog,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -52,7 +58,7 @@ def triggers():
 def assert_valid(log: DriveLog, config: FleetConfig) -> None:
     """The checks the ingest validator will run, plus the schema's metadata contract."""
     meta = log.metadata
-    assert set(meta) == set(REQUIRED_METADATA_KEYS)
+    assert set(meta) == {*REQUIRED_METADATA_KEYS, *OPTIONAL_METADATA_KEYS}
     assert all(isinstance(v, str) and v for v in meta.values())
     assert meta["metadata_schema_version"] == METADATA_SCHEMA_VERSION
     assert meta["vin"] not in meta["log_id"]
@@ -160,19 +166,31 @@ def test_episode_is_independent_of_what_ran_before(small_config: FleetConfig, tr
     ]
 
 
-def test_plates_are_painted_at_their_boxes(small_config: FleetConfig, triggers) -> None:
-    """Clear day leaves pixels untouched, so every plate box shows the plate colour."""
+def test_plates_carry_glyphs_that_the_car_flattens_before_the_log_is_written(
+    small_config: FleetConfig, triggers
+) -> None:
+    """Painted plates are readable (plate colour and glyphs); the logs a car keeps hold every
+    plate box flattened to one colour, and say which anonymizer did it."""
+    plate = small_config["camera"]["plate"]
+    color = np.asarray(plate["color_rgb"], dtype=np.uint8)
+    glyph = np.asarray(plate["glyph_rgb"], dtype=np.uint8)
+    canvas = np.zeros((4, 8, 3), dtype=np.uint8)
+    paint_plate(canvas, (1, 1, 7, 3), plate, number=5)
+    painted = {tuple(pixel) for pixel in canvas[1:3, 1:7].reshape(-1, 3)}
+    assert painted == {tuple(color), tuple(glyph)}
+    assert not canvas[0].any() and not canvas[:, 0].any()  # nothing outside the box
+
     vehicle = build_fleet(1, config=small_config)[0]
     logs = drive_episode(
         vehicle, 0, 4, Conditions("highway", "clear", "day", vehicle.city), small_config, triggers
     )
-    color = np.asarray(small_config["camera"]["plate"]["color_rgb"], dtype=np.uint8)
     boxes = 0
     for log in logs:
+        assert log.metadata["anonymizer_version"].startswith("vehicle-anon-")
         for f in log.frames:
             for o in f.others:
                 if o.plate_box is not None:
                     x0, y0, x1, y1 = o.plate_box
-                    assert np.all(f.image[y0:y1, x0:x1] == color)
+                    assert len(np.unique(f.image[y0:y1, x0:x1].reshape(-1, 3), axis=0)) == 1
                     boxes += 1
     assert boxes > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 
 import dagster as dg
@@ -85,6 +86,11 @@ BAD_LOGS = {
         lambda: encode_drive_log(_with_drifted_metadata(make_synthetic_log(seed=6))),
         "schema_drift",
     ),
+    # Recorded but never through the car's anonymizer: readable plates.
+    "unblurred": (
+        lambda: encode_drive_log(make_synthetic_log(seed=8, vehicle_anonymized=False)),
+        "residual_pii",
+    ),
 }
 
 
@@ -126,6 +132,11 @@ def test_bad_logs_are_quarantined_and_the_good_ones_publish_in_one_merge(
     assert published.materialization.metadata["logs_quarantined"].value == len(BAD_LOGS)
     assert published.materialization.metadata["logs_accepted"].value == 2
     assert not local_lake.list_branches(prefix=RUN_BRANCH_PREFIX)
+    # The PII reason names the frames and regions, so the car's team can find the slip.
+    reasons = json.loads(quarantine.loc["logs/unblurred.mcap", "reasons"])
+    (pii,) = [reason for reason in reasons if reason["code"] == "residual_pii"]
+    assert "60 region(s) in 20 frame(s)" in pii["message"]
+    assert "frame 0 front plate at (" in pii["message"]
 
 
 def test_rerunning_a_published_batch_changes_nothing_on_main(

@@ -15,6 +15,12 @@ def log() -> DriveLog:
     return make_synthetic_log(n_frames=20, seed=7)
 
 
+@pytest.fixture
+def raw_log() -> DriveLog:
+    """The same drive as recorded, before the car's anonymizer: readable plates."""
+    return make_synthetic_log(n_frames=20, seed=7, vehicle_anonymized=False)
+
+
 @pytest.fixture(scope="session")
 def encoded() -> bytes:
     return encode_drive_log(make_synthetic_log(n_frames=20, seed=7))

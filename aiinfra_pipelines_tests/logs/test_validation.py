@@ -12,6 +12,7 @@ from mcap_protobuf.writer import Writer as ProtobufWriter
 
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.logs.model import (
+    OPTIONAL_METADATA_KEYS,
     REQUIRED_METADATA_KEYS,
     TOPIC_CAMERA,
     TOPIC_CAN,
@@ -42,7 +43,9 @@ def test_synthetic_log_is_accepted(encoded: bytes) -> None:
     assert report.frame_rate_hz == pytest.approx(10.0)
     assert report.duration_s == pytest.approx(1.9)
     assert report.log is not None and len(report.log.frames) == 20
-    assert set(report.metadata) == set(REQUIRED_METADATA_KEYS)
+    assert set(report.metadata) == {*REQUIRED_METADATA_KEYS, *OPTIONAL_METADATA_KEYS}
+    assert report.metadata["anonymizer_version"].startswith("vehicle-anon-")
+    assert report.pii_findings == []
     assert report.to_dict()["accepted"] is True
 
 

@@ -121,7 +121,7 @@ def test_over_the_cache_cap_the_lowest_class_and_oldest_log_is_evicted_never_urg
     evictions = outbox.status()["evictions"]
     assert [e["log_id"] for e in evictions] == ["bulk-old", "bulk-new"]
     assert all("over its cap" in e["reason"] and e["priority"] == "bulk" for e in evictions)
-    assert not (tmp_path / "car" / "data" / "bulk-old.mcap").exists()
+    assert not (tmp_path / "car" / "data" / "bulk-old.bin").exists()
     outbox.enqueue("urgent-2", log(6 * PART, 5), ["takeover"])  # urgent: never evicted
     states = outbox.states()
     assert states["normal-1"] == EVICTED

@@ -1,0 +1,165 @@
+"""Pull requests: the platform asks the fleet for raw segments it holds only as index records.
+
+One object per requested segment on ``main`` (``pulls/<log id>.json``), so a car can look up
+the logs it holds and ingest can close each request as its answer arrives:
+
+* ``open`` — requested (by an operator, or mining wanting more of a weak slice);
+* ``served`` — the raw log arrived and was ingested (names the batch that brought it);
+* ``closed`` — the car can no longer send it (evicted from its cache), with that reason.
+
+A request is published like any other write to ``main`` (its own branch, one merge), and its
+answers ride the ingest merge of the batch that carried them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
+
+from aiinfra_pipelines.lake.errors import NotFoundError
+from aiinfra_pipelines.lake.layout import PULLS_PREFIX
+from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
+
+OPEN, SERVED, CLOSED = "open", "served", "closed"
+
+
+def pull_key(log_id: str) -> str:
+    return f"{PULLS_PREFIX}{log_id}.json"
+
+
+def pull_requests(lake: VersionedLake, ref: str = MAIN_BRANCH) -> list[dict[str, Any]]:
+    """Every pull request at ``ref``, oldest first."""
+    requests = [
+        lake.get_json(ref, stat.key) for stat in lake.list_objects(ref, prefix=PULLS_PREFIX)
+    ]
+    return sorted(requests, key=lambda request: (request["requested_at"], request["log_id"]))
+
+
+def open_pull_requests(lake: VersionedLake, ref: str = MAIN_BRANCH) -> dict[str, dict[str, Any]]:
+    """``{log id: request}`` of the requests still waiting for a car's answer."""
+    return {r["log_id"]: r for r in pull_requests(lake, ref) if r["status"] == OPEN}
+
+
+@dataclass
+class PullRequestResult:
+    request_id: str
+    requested: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # log id → why not requested
+    merge_commit: str = ""
+
+
+def request_raw_segments(
+    lake: VersionedLake,
+    index_rows: pd.DataFrame,
+    log_ids: Iterable[str],
+    *,
+    reason: str,
+    requested_by: str,
+) -> PullRequestResult:
+    """Open a pull for each of ``log_ids`` that is an index-only segment without one yet.
+
+    ``index_rows`` is the scene index with its index-only rows (``raw_available`` False);
+    a log that is not among them (raw already in the lake, or unknown) is skipped, with why.
+    """
+    if not reason.strip():
+        raise ValueError("a pull request needs a reason (what the segments are wanted for)")
+    request_id = f"pull-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    result = PullRequestResult(request_id)
+    index_only = _index_only_logs(index_rows)
+    existing = {r["log_id"]: r for r in pull_requests(lake)}
+    objects: dict[str, bytes] = {}
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    for log_id in dict.fromkeys(log_ids):
+        if log_id in existing:
+            result.skipped[log_id] = f"already requested ({existing[log_id]['status']})"
+            continue
+        if log_id not in index_only:
+            result.skipped[log_id] = (
+                "not an index-only segment (raw already in the lake, or unknown)"
+            )
+            continue
+        row = index_only[log_id]
+        record = {
+            "log_id": log_id,
+            "request_id": request_id,
+            "status": OPEN,
+            "requested_at": now,
+            "requested_by": requested_by,
+            "reason": reason,
+            "slice": row["slice"],
+            "vehicle_pseudonym": row["vehicle_pseudonym"],
+            "index_log_key": row["log_key"],
+        }
+        objects[pull_key(log_id)] = _json(record)
+        result.requested.append(log_id)
+    if objects:
+        result.merge_commit = publish_objects(
+            lake,
+            request_id,
+            objects,
+            f"{request_id}: pull {len(objects)} raw segment(s)",
+            {"kind": "pull-request", "request_id": request_id, "requested_by": requested_by},
+        )
+    return result
+
+
+def _index_only_logs(index_rows: pd.DataFrame) -> dict[str, Mapping[str, Any]]:
+    if index_rows.empty or "raw_available" not in index_rows:
+        return {}
+    raw = set(index_rows.loc[index_rows["raw_available"].astype(bool), "log_id"])
+    rows = index_rows[~index_rows["raw_available"].astype(bool)].drop_duplicates("log_id")
+    return {row["log_id"]: row for _, row in rows.iterrows() if row["log_id"] not in raw}
+
+
+def _json(record: Mapping[str, Any]) -> bytes:
+    return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+
+
+def answered(
+    lake: VersionedLake,
+    main_ref: str,
+    *,
+    served: Mapping[str, Mapping[str, str]],
+    unservable: Mapping[str, Mapping[str, Any]],
+) -> dict[str, bytes]:
+    """Updated request objects for the answers one ingest batch brought (to stage and merge).
+
+    ``served``: log id → where its raw log was ingested; ``unservable``: log id → the car's
+    notice. Only requests still open at ``main_ref`` change; an answer without a request (a car
+    that answered twice, a request withdrawn) changes nothing.
+    """
+    updates: dict[str, bytes] = {}
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    for log_id, where in served.items():
+        request = _open_request(lake, main_ref, log_id)
+        if request is not None:
+            updates[pull_key(log_id)] = _json(
+                {**request, "status": SERVED, "answered_at": now, "served_by": dict(where)}
+            )
+    for log_id, notice in unservable.items():
+        request = _open_request(lake, main_ref, log_id)
+        if request is not None:
+            updates[pull_key(log_id)] = _json(
+                {
+                    **request,
+                    "status": CLOSED,
+                    "answered_at": now,
+                    "closed_reason": str(notice.get("reason") or "unservable"),
+                }
+            )
+    return updates
+
+
+def _open_request(lake: VersionedLake, ref: str, log_id: str) -> dict[str, Any] | None:
+    try:
+        request = lake.get_json(ref, pull_key(log_id))
+    except NotFoundError:
+        return None
+    return request if request.get("status") == OPEN else None
