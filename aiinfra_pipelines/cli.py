@@ -213,7 +213,7 @@ def pull_request(
     import json
 
     from aiinfra_pipelines.ingest.pulls import request_raw_segments
-    from aiinfra_pipelines.ingest.views import scene_index_view
+    from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
 
     lake = _lake()
     index = scene_index_view(lake, include_index_only=True)
@@ -223,7 +223,7 @@ def pull_request(
             raise typer.BadParameter(
                 f"no indexed segment in slice {slice_name!r}", param_hint="--slice"
             )
-        held = index[(index["slice"] == slice_name) & ~index["raw_available"].astype(bool)]
+        held = index[(index["slice"] == slice_name) & ~raw_available(index)]
         wanted += list(dict.fromkeys(held["log_id"]))[:limit]
     if not wanted:
         raise typer.BadParameter("name log ids or a --slice with index-only segments")

@@ -6,7 +6,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
+from aiinfra_pipelines.ingest.pulls import pull_requests
+from aiinfra_pipelines.ingest.views import quarantine_view, raw_available, scene_index_view
 from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX
@@ -18,6 +19,20 @@ def frames_by_slice(index: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["slice", "logs", "frames"])
     grouped = index.groupby("slice").agg(logs=("log_id", "nunique"), frames=("frame_index", "size"))
     return grouped.reset_index().sort_values("slice")
+
+
+def held_on_cars_line(lake: VersionedLake) -> str:
+    """Segments indexed from index records (raw still on the cars) and the pulls for them."""
+    every = scene_index_view(lake, include_index_only=True)
+    held = every[~raw_available(every)] if not every.empty else pd.DataFrame(columns=["log_id"])
+    pulls: dict[str, int] = {}
+    for request in pull_requests(lake):
+        pulls[request["status"]] = pulls.get(request["status"], 0) + 1
+    by_status = ", ".join(f"{count} {status}" for status, count in sorted(pulls.items()))
+    return (
+        f"held on cars (index only): {held['log_id'].nunique()} segment(s), {len(held)} "
+        f"frame(s); pull requests: {by_status or 'none'}"
+    )
 
 
 def render_status(lake: VersionedLake, console: Console) -> None:
@@ -35,6 +50,7 @@ def render_status(lake: VersionedLake, console: Console) -> None:
     for row in frames_by_slice(index).itertuples():
         table.add_row(row.slice, str(row.logs), str(row.frames))
     console.print(table)
+    console.print(held_on_cars_line(lake))
     quarantine = quarantine_view(lake)
     if quarantine.empty:
         console.print("quarantine: empty")

@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from aiinfra_pipelines.ingest.views import raw_available
 from aiinfra_pipelines.lake.errors import NotFoundError
 from aiinfra_pipelines.lake.layout import PULLS_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
@@ -111,10 +112,11 @@ def request_raw_segments(
 
 
 def _index_only_logs(index_rows: pd.DataFrame) -> dict[str, Mapping[str, Any]]:
-    if index_rows.empty or "raw_available" not in index_rows:
+    if index_rows.empty:
         return {}
-    raw = set(index_rows.loc[index_rows["raw_available"].astype(bool), "log_id"])
-    rows = index_rows[~index_rows["raw_available"].astype(bool)].drop_duplicates("log_id")
+    available = raw_available(index_rows)
+    raw = set(index_rows.loc[available, "log_id"])
+    rows = index_rows[~available].drop_duplicates("log_id")
     return {row["log_id"]: row for _, row in rows.iterrows() if row["log_id"] not in raw}
 
 

@@ -15,6 +15,14 @@ from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from .quarantine import QUARANTINE_PREFIX
 
 
+def raw_available(index: pd.DataFrame) -> pd.Series:
+    """Per row, whether its frames are in the lake (rows indexed before index records were:
+    a missing column or value means True)."""
+    if "raw_available" not in index:
+        return pd.Series(True, index=index.index, dtype=bool)
+    return index["raw_available"].fillna(True).astype(bool)
+
+
 def scene_index_view(
     lake: VersionedLake, ref: str = MAIN_BRANCH, *, include_index_only: bool = False
 ) -> pd.DataFrame:
@@ -28,7 +36,7 @@ def scene_index_view(
     index = read_asset_partitions(lake, "scene_index", ref)
     if index.empty or "raw_available" not in index:
         return index
-    raw = index["raw_available"].fillna(True).astype(bool)
+    raw = raw_available(index)
     if not include_index_only:
         return index[raw].reset_index(drop=True)
     superseded = ~raw & index["log_id"].isin(set(index.loc[raw, "log_id"]))

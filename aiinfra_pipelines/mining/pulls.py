@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiinfra_pipelines.ingest.pulls import request_raw_segments
-from aiinfra_pipelines.ingest.views import scene_index_view
+from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
 from aiinfra_pipelines.lake.port import VersionedLake
 
 from .settings import mining_config
@@ -34,7 +34,7 @@ def pull_weak_slices(
     index = scene_index_view(lake, include_index_only=True)
     if index.empty:
         return {"slices": [], "requested": 0, "request_id": None}
-    held = index[~index["raw_available"].fillna(True).astype(bool)]
+    held = index[~raw_available(index)]
     with_segments = set(held["slice"])
     ranked = sorted(
         (name for name in slice_accuracy if name in with_segments),

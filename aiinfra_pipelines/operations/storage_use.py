@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from aiinfra_pipelines.ingest.views import scene_index_view
+from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
 from aiinfra_pipelines.lake.layout import DATASETS_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
@@ -41,7 +41,7 @@ def storage_use(lake: VersionedLake, ref: str = MAIN_BRANCH) -> dict[str, Any]:
         raw = index
         held = index
     else:
-        available = index["raw_available"].fillna(True).astype(bool)
+        available = raw_available(index)
         raw, held = index[available], index[~available]
     stored = raw[FRAME_KEY].drop_duplicates() if not raw.empty else pd.DataFrame(columns=FRAME_KEY)
     used = frames_ever_trained_on(lake, ref).merge(stored, on=FRAME_KEY)

@@ -55,3 +55,5 @@ def test_pull_a_slice_then_list_the_requests(dagster_home, instance, tmp_path) -
     assert request["slice"] == "night/clear/highway"
     code, table = _pull("list", "--status", "served")
     assert code == 0 and sample.log_id not in table
+    status = runner.invoke(app, ["status"], terminal_width=200).output
+    assert "held on cars (index only): 1 segment(s), 20 frame(s); pull requests: 1 open" in status
