@@ -204,7 +204,9 @@ def logs_inspect(
 def pull_request(
     log_ids: list[str] = typer.Argument(None, help="index-only segments (log ids) to pull"),
     slice_name: str = typer.Option("", "--slice", help="pull index-only segments of this slice"),
-    limit: int = typer.Option(20, "--limit", min=1, help="at most this many with --slice"),
+    limit: int = typer.Option(
+        0, "--limit", min=0, help="at most this many with --slice (0: mining.yaml max_segments)"
+    ),
     reason: str = typer.Option(..., "--reason", help="what the raw segments are wanted for"),
     requested_by: str = typer.Option("operator", "--by", help="who asks (recorded)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout"),
@@ -212,7 +214,8 @@ def pull_request(
     """Ask the fleet for raw segments; the cars that hold them send them in their next window."""
     import json
 
-    from aiinfra_pipelines.ingest.pulls import request_raw_segments
+    from aiinfra_pipelines.config import load_resource_yaml
+    from aiinfra_pipelines.ingest.pulls import EXPIRED, pull_requests, request_raw_segments
     from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
 
     lake = _lake()
@@ -224,9 +227,13 @@ def pull_request(
                 f"no indexed segment in slice {slice_name!r}", param_hint="--slice"
             )
         held = index[(index["slice"] == slice_name) & ~raw_available(index)]
-        wanted += list(dict.fromkeys(held["log_id"]))[:limit]
+        asked = {r["log_id"] for r in pull_requests(lake) if r["status"] != EXPIRED}
+        most = limit or int(load_resource_yaml("mining.yaml")["pulls"]["max_segments"])
+        wanted += [log_id for log_id in dict.fromkeys(held["log_id"]) if log_id not in asked][:most]
     if not wanted:
-        raise typer.BadParameter("name log ids or a --slice with index-only segments")
+        raise typer.BadParameter(
+            "name log ids or a --slice with index-only segments not yet requested"
+        )
     result = request_raw_segments(lake, index, wanted, reason=reason, requested_by=requested_by)
     report = {
         "request_id": result.request_id,

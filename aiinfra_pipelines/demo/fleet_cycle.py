@@ -171,7 +171,8 @@ def drive_and_upload(
         raise RuntimeError(f"no car sent anything for {batch_id}: nothing to ingest")
     landed_ids = {key.removeprefix(LOG_PREFIX).removesuffix(LOG_SUFFIX) for key in sent.batch.keys}
     frames = sum(len(log.frames) for log_id, _, log in [*logs, *truncated] if log_id in landed_ids)
-    outboxes = {vin: sent.cars[car_folder(outbox_root(), vin).name] for vin in _vins(drives)}
+    # A car that kept no segment has no outbox yet: its records carry none.
+    outboxes = {vin: sent.cars.get(car_folder(outbox_root(), vin).name) for vin in _vins(drives)}
     records = telemetry_records(drives, assignment, batch_id, outboxes)
     telemetry = land_telemetry(lake, batch_id, records, metadata={"seed": str(seed)})
     candidate_drives = sum(assignment.cohort.get(d.vehicle.vin) == CANDIDATE for d in drives)
@@ -186,7 +187,7 @@ def telemetry_records(
     drives: list[EpisodeDrive],
     assignment: FleetAssignment,
     batch_id: str,
-    outboxes: dict[str, dict] | None = None,
+    outboxes: dict[str, dict | None] | None = None,
 ) -> list[dict]:
     """One telemetry record per drive, tagged with the cohort the car drove in and, where
     ``outboxes`` (VIN → outbox status) has the car, its outbox after this upload."""

@@ -224,7 +224,7 @@ def cycle_record(
 
 
 def upload_figures(upload: FleetUpload) -> dict[str, Any]:
-    """What the cars' outboxes did this cycle: raw logs, index-only segments, pulls, backlog."""
+    """What the cars' outboxes did in this cycle's upload, and what they hold after it."""
     sent = upload.outboxes
     if sent is None:
         return {}
@@ -234,19 +234,12 @@ def upload_figures(upload: FleetUpload) -> dict[str, Any]:
         "index_only_segments": sent.index_only,
         "pulls_served": sent.pulls_served,
         "pulls_unservable": sent.pulls_unservable,
+        "evictions": sent.evictions,
+        "bytes_sent_by_class": dict(sent.bytes_sent_by_class),
+        # After the upload: raw logs still queued (budget, window) and logs held index-only.
         "backlog_logs": sum(entry["logs"] for car in cars for entry in car["backlog"].values()),
         "held_logs": sum(car["held"]["logs"] for car in cars),
-        "evictions": sum(len(car["evictions"]) for car in cars),
-        "bytes_sent_by_class": _summed(car["bytes_sent_by_class"] for car in cars),
     }
-
-
-def _summed(mappings: Any) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for mapping in mappings:
-        for name, value in mapping.items():
-            total[name] = total.get(name, 0) + int(value or 0)
-    return total
 
 
 def pull_request_figures(lake: VersionedLake) -> dict[str, int]:

@@ -86,5 +86,9 @@ def drive_and_land(
         },
     )
     if sent.batch is None:
-        raise RuntimeError(f"the cars' outboxes sent nothing for {batch}")
+        raise RuntimeError(
+            f"the cars' outboxes sent nothing for {batch}: every kept log was uploaded before "
+            f"(the same seed drives the same logs) or waits for its window; refused: "
+            f"{len(sent.refused)}"
+        )
     return sent.batch

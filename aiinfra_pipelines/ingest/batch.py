@@ -327,11 +327,23 @@ def stage_batch_records(
 
 
 def pull_answers(lake: VersionedLake, result: BatchResult, main_ref: str) -> dict[str, bytes]:
-    """The pull requests this batch answers: raw logs that arrived, notices of evicted ones."""
+    """The pull requests this batch answers: raw logs that arrived (or were quarantined),
+    notices of evicted ones."""
+    logs = [o for o in result.outcomes if o.kind == "log"]
+    # A raw log already in the lake (a duplicate) serves its pull as well as a new one.
     served = {
-        o.log_id: {"partition": result.batch.partition_key, "log_key": o.location.key}
-        for o in result.accepted
-        if o.kind == "log" and o.log_id
+        o.log_id or o.location.log_name: {
+            "partition": result.batch.partition_key,
+            "log_key": o.location.key,
+            **({"duplicate_of": o.duplicate_of} if o.duplicate_of else {}),
+        }
+        for o in logs
+        if o.verdict in (ACCEPTED, DUPLICATE, ALREADY_INGESTED)
+    }
+    refused = {
+        o.log_id or o.location.log_name: ",".join(code for code, _ in o.reasons)
+        for o in logs
+        if o.verdict == QUARANTINED
     }
     unservable = {o.log_id: o.notice for o in result.by_verdict(NOTICE) if o.notice is not None}
-    return answered(lake, main_ref, served=served, unservable=unservable)
+    return answered(lake, main_ref, served=served, unservable=unservable, refused=refused)

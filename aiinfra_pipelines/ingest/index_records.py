@@ -41,19 +41,33 @@ def parse_index_record(data: bytes) -> tuple[dict[str, Any] | None, list[Reason]
     """The record, or ``None`` and why it cannot be read."""
     try:
         record = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         return None, [Reason(BAD_INDEX_RECORD, f"not JSON: {exc}")]
     if not isinstance(record, dict) or record.get("kind") != INDEX_RECORD_KIND:
         return None, [Reason(BAD_INDEX_RECORD, f"not an {INDEX_RECORD_KIND} object")]
     frames = record.get("frames")
-    missing = [
-        name
-        for name in (*FRAME_SIGNALS, "vehicles_in_view")
-        if not isinstance(frames, list) or any(name not in frame for frame in frames)
-    ]
+    if not isinstance(frames, list) or not frames or not all(isinstance(f, dict) for f in frames):
+        return None, [Reason(BAD_INDEX_RECORD, "frames must be a non-empty list of objects")]
+    fields = (*FRAME_SIGNALS, "vehicles_in_view")
+    missing = sorted({name for frame in frames for name in fields if name not in frame})
     if not isinstance(record.get("metadata"), dict) or missing:
         return None, [Reason(BAD_INDEX_RECORD, f"metadata or frame fields missing: {missing}")]
+    not_numbers = sorted(
+        {name for frame in frames for name in fields if not _is_number(frame[name])}
+    )
+    if not_numbers:
+        return None, [Reason(BAD_INDEX_RECORD, f"frame fields that are not numbers: {not_numbers}")]
+    events = record.get("events", [])
+    if not isinstance(events, list) or not all(
+        isinstance(e, list) and len(e) == 2 and _is_number(e[0]) and isinstance(e[1], str)
+        for e in events
+    ):
+        return None, [Reason(BAD_INDEX_RECORD, "events must be [timestamp_ns, rule] pairs")]
     return record, []
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def validate_index_record(record: dict[str, Any]) -> list[Reason]:
@@ -80,8 +94,22 @@ def anonymized_index_frames(record: dict[str, Any], key: bytes) -> tuple[dict, p
 
 
 def ingest_index_record(outcome: Any, data: bytes, key: bytes) -> Any:
-    """Judge and index one index record into ``outcome`` (a ``batch.LogOutcome``)."""
+    """Judge and index one index record into ``outcome`` (a ``batch.LogOutcome``).
+
+    Never raises for bad data: whatever goes wrong with one record quarantines that record
+    (``bad_index_record``), not its batch.
+    """
     outcome.kind = "index"
+    try:
+        return _ingest_index_record(outcome, data, key)
+    except Exception as exc:  # one upload must not stop its batch, whatever it holds
+        outcome.verdict = QUARANTINED
+        outcome.index = None
+        outcome.reasons = [(BAD_INDEX_RECORD, f"{type(exc).__name__}: {exc}")]
+        return outcome
+
+
+def _ingest_index_record(outcome: Any, data: bytes, key: bytes) -> Any:
     record, reasons = parse_index_record(data)
     if record is not None:
         reasons = validate_index_record(record)
@@ -115,7 +143,7 @@ def read_pull_notice(outcome: Any, data: bytes) -> Any:
     outcome.kind = "notice"
     try:
         notice = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         notice = None
         problem = f"not JSON: {exc}"
     else:

@@ -5,7 +5,10 @@ the logs it holds and ingest can close each request as its answer arrives:
 
 * ``open`` — requested (by an operator, or mining wanting more of a weak slice);
 * ``served`` — the raw log arrived and was ingested (names the batch that brought it);
-* ``closed`` — the car can no longer send it (evicted from its cache), with that reason.
+* ``closed`` — the car can no longer send it (evicted from its cache), or what it sent was
+  quarantined, with that reason;
+* ``expired`` — derived, never written: open longer than ingest.yaml ``pulls.max_open_days``
+  (no car answered); it may be requested again.
 
 A request is published like any other write to ``main`` (its own branch, one merge), and its
 answers ride the ingest merge of the batch that carried them.
@@ -17,35 +20,50 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd
 
+from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.ingest.views import raw_available
 from aiinfra_pipelines.lake.errors import NotFoundError
 from aiinfra_pipelines.lake.layout import PULLS_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
 
-OPEN, SERVED, CLOSED = "open", "served", "closed"
+OPEN, SERVED, CLOSED, EXPIRED = "open", "served", "closed", "expired"
 
 
 def pull_key(log_id: str) -> str:
     return f"{PULLS_PREFIX}{log_id}.json"
 
 
-def pull_requests(lake: VersionedLake, ref: str = MAIN_BRANCH) -> list[dict[str, Any]]:
-    """Every pull request at ``ref``, oldest first."""
-    requests = [
-        lake.get_json(ref, stat.key) for stat in lake.list_objects(ref, prefix=PULLS_PREFIX)
-    ]
+def max_open_days() -> float:
+    return float(load_resource_yaml("ingest.yaml")["pulls"]["max_open_days"])
+
+
+def pull_requests(
+    lake: VersionedLake, ref: str = MAIN_BRANCH, now: datetime | None = None
+) -> list[dict[str, Any]]:
+    """Every pull request at ``ref``, oldest first; an open one past its time is ``expired``."""
+    now = now or datetime.now(UTC)
+    limit = timedelta(days=max_open_days())
+    requests = []
+    for stat in lake.list_objects(ref, prefix=PULLS_PREFIX):
+        request = lake.get_json(ref, stat.key)
+        opened = datetime.fromisoformat(request["requested_at"])
+        if request["status"] == OPEN and now - opened > limit:
+            request = {**request, "status": EXPIRED}
+        requests.append(request)
     return sorted(requests, key=lambda request: (request["requested_at"], request["log_id"]))
 
 
-def open_pull_requests(lake: VersionedLake, ref: str = MAIN_BRANCH) -> dict[str, dict[str, Any]]:
+def open_pull_requests(
+    lake: VersionedLake, ref: str = MAIN_BRANCH, now: datetime | None = None
+) -> dict[str, dict[str, Any]]:
     """``{log id: request}`` of the requests still waiting for a car's answer."""
-    return {r["log_id"]: r for r in pull_requests(lake, ref) if r["status"] == OPEN}
+    return {r["log_id"]: r for r in pull_requests(lake, ref, now) if r["status"] == OPEN}
 
 
 @dataclass
@@ -78,7 +96,7 @@ def request_raw_segments(
     objects: dict[str, bytes] = {}
     now = datetime.now(UTC).isoformat(timespec="seconds")
     for log_id in dict.fromkeys(log_ids):
-        if log_id in existing:
+        if log_id in existing and existing[log_id]["status"] != EXPIRED:
             result.skipped[log_id] = f"already requested ({existing[log_id]['status']})"
             continue
         if log_id not in index_only:
@@ -130,14 +148,28 @@ def answered(
     *,
     served: Mapping[str, Mapping[str, str]],
     unservable: Mapping[str, Mapping[str, Any]],
+    refused: Mapping[str, str] | None = None,
 ) -> dict[str, bytes]:
     """Updated request objects for the answers one ingest batch brought (to stage and merge).
 
     ``served``: log id → where its raw log was ingested; ``unservable``: log id → the car's
-    notice. Only requests still open at ``main_ref`` change; an answer without a request (a car
-    that answered twice, a request withdrawn) changes nothing.
+    notice; ``refused``: log id → why the raw log that arrived was quarantined (the car sent
+    it and holds it no more, so the request is closed with that reason, never left open).
+    Only requests still open at ``main_ref`` change; an answer without a request (a car that
+    answered twice, a request withdrawn) changes nothing.
     """
     updates: dict[str, bytes] = {}
+    for log_id, why in (refused or {}).items():
+        request = _open_request(lake, main_ref, log_id)
+        if request is not None:
+            updates[pull_key(log_id)] = _json(
+                {
+                    **request,
+                    "status": CLOSED,
+                    "answered_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "closed_reason": f"the raw log arrived and was quarantined: {why}",
+                }
+            )
     now = datetime.now(UTC).isoformat(timespec="seconds")
     for log_id, where in served.items():
         request = _open_request(lake, main_ref, log_id)

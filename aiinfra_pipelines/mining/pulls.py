@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from aiinfra_pipelines.ingest.pulls import request_raw_segments
+from aiinfra_pipelines.ingest.pulls import EXPIRED, pull_requests, request_raw_segments
 from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
 from aiinfra_pipelines.lake.port import VersionedLake
 
@@ -41,8 +41,12 @@ def pull_weak_slices(
         key=lambda name: (slice_accuracy[name] is None, slice_accuracy[name] or 0.0),
     )
     weak = ranked[: int(settings["weak_slices"])]
-    log_ids = list(dict.fromkeys(held.loc[held["slice"].isin(weak), "log_id"]))
-    log_ids = log_ids[: int(settings["max_segments"])]
+    asked = {r["log_id"] for r in pull_requests(lake) if r["status"] != EXPIRED}
+    log_ids = [
+        log_id
+        for log_id in dict.fromkeys(held.loc[held["slice"].isin(weak), "log_id"])
+        if log_id not in asked  # asked already: served, closed or still waiting
+    ][: int(settings["max_segments"])]
     if not log_ids:
         return {"slices": weak, "requested": 0, "request_id": None}
     result = request_raw_segments(

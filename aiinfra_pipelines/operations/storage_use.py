@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from aiinfra_pipelines.datasets.split import TRAIN
 from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
 from aiinfra_pipelines.lake.layout import DATASETS_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
@@ -23,12 +24,15 @@ FRAME_KEY = ["log_id", "frame_index"]
 
 
 def frames_ever_trained_on(lake: VersionedLake, ref: str = MAIN_BRANCH) -> pd.DataFrame:
-    """Distinct (log id, frame index) of every training dataset version at ``ref``."""
-    parts = [
-        pd.read_parquet(io.BytesIO(lake.get_object(ref, stat.key)), columns=FRAME_KEY)
-        for stat in lake.list_objects(ref, prefix=TRAINING_PREFIX)
-        if stat.key.endswith("/dataset.parquet")
-    ]
+    """Distinct (log id, frame index) in the train split of every training dataset version at
+    ``ref`` (validation frames judge a model; they do not train it)."""
+    parts = []
+    for stat in lake.list_objects(ref, prefix=TRAINING_PREFIX):
+        if stat.key.endswith("/dataset.parquet"):
+            rows = pd.read_parquet(
+                io.BytesIO(lake.get_object(ref, stat.key)), columns=[*FRAME_KEY, "split"]
+            )
+            parts.append(rows.loc[rows["split"] == TRAIN, FRAME_KEY])
     if not parts:
         return pd.DataFrame(columns=FRAME_KEY)
     return pd.concat(parts, ignore_index=True).drop_duplicates()

@@ -459,14 +459,26 @@ def certificate_matches(body: Mapping[str, Any], evidence: CandidateEvidence) ->
     manifest = evidence.manifest or {}
     current_reports = {gate.gate: gate.sha256 for gate in evidence.gates}
     certified_reports = {gate: entry["sha256"] for gate, entry in body["reports"].items()}
-    determinism = None if evidence.determinism is None else evidence.determinism.to_dict()
     return (
         current_reports == certified_reports
         and body["engine"]["sha256"] == (manifest.get("ship") or {}).get("sha256")
         and body["onnx"]["sha256"] == (manifest.get("onnx") or {}).get("sha256")
         # A certificate from before the determinism check does not vouch for it: re-issue.
-        and body.get("determinism") == determinism
+        and _determinism_verdict(body.get("determinism"))
+        == _determinism_verdict(
+            None if evidence.determinism is None else evidence.determinism.to_dict()
+        )
     )
+
+
+def _determinism_verdict(result: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+    """What a determinism result vouches for, without its output digests: another host's CPU
+    kernels may produce other (equally repeatable) bits, and re-running certification there
+    must not re-issue a certificate whose verdict still holds."""
+    if result is None:
+        return None
+    fields = ("deterministic", "backend", "runs", "frames", "intra_op_threads")
+    return tuple(result.get(name) for name in fields)
 
 
 # ------------------------------------------------------------------------------- certifying

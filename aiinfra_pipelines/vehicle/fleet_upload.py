@@ -50,6 +50,10 @@ class FleetOutboxUpload:
     pulls_served: int = 0
     pulls_unservable: int = 0
     cars: dict[str, dict[str, Any]] = field(default_factory=dict)  # car folder → status
+    # This upload's own figures (a car's status counts over its whole life):
+    evictions: int = 0
+    bytes_sent_by_class: dict[str, int] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)  # log id → why its outbox refused it
 
 
 def upload_through_outboxes(
@@ -91,31 +95,66 @@ def upload_through_outboxes(
     requests = open_pull_requests(lake)
     result = FleetOutboxUpload(batch=None)
     touched = {branch}
-    for folder in sorted(by_car):
-        outbox = Outbox(folder, outbox_settings)
-        for log_id, data, log, may_hold in by_car[folder]:
-            rules = fired_rules(log)
+    try:
+        for folder in sorted(by_car):
+            outbox = Outbox(folder, outbox_settings)
+            before = outbox.status()
+            # Uploads a crashed run completed but never committed are committed below.
+            touched.update(outbox.upload_branches())
+            _queue(outbox, by_car[folder], settings, result)
+            pulls = outbox.serve_pulls(requests)
+            result.pulls_served += len(pulls.served)
+            result.pulls_unservable += len(pulls.unservable)
+            drained = outbox.drain(lake, branch, window_open=window_open, commit=False)
+            touched.update(drained.branches)
+            status = outbox.status()
+            status["stopped_by"] = drained.stopped_by
+            _add_this_upload(result, before, status)
+            result.cars[folder.name] = status
+            if on_car is not None:
+                on_car(folder.name, status)
+    finally:
+        # Whatever the cars completed is committed, even when one car failed mid-way: an
+        # uploaded item's cached bytes are gone, so its staged object must not be stranded.
+        staged = sorted(entry.key for entry in lake.uncommitted(branch))
+        for other in sorted(touched - {branch}):
+            commit_uploads(lake, other, {"recovered_by": batch_id})
+        commit = commit_uploads(lake, branch, {"batch_id": batch_id, **(metadata or {})})
+    if commit is not None:
+        total = sum(lake.stat_object(commit, key).size for key in staged)
+        result.batch = LandedBatch(branch=branch, commit=commit, keys=staged, total_bytes=total)
+    return result
+
+
+def _add_this_upload(
+    result: FleetOutboxUpload, before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    """Add what one car's outbox did during this upload (its status before and after)."""
+    result.evictions += len(after["evictions"]) - len(before["evictions"])
+    for name, sent in after["bytes_sent_by_class"].items():
+        delta = int(sent or 0) - int(before["bytes_sent_by_class"].get(name) or 0)
+        result.bytes_sent_by_class[name] = result.bytes_sent_by_class.get(name, 0) + delta
+
+
+def _queue(
+    outbox: Outbox,
+    logs: Sequence[tuple[str, bytes, DriveLog, bool]],
+    settings: IndexOnlySettings,
+    result: FleetOutboxUpload,
+) -> None:
+    """Queue a car's new logs: low-value ones held with their index record, the rest whole.
+
+    A log id the outbox already holds with other bytes (a re-drive after a trigger change) is
+    refused by the outbox and reported, not sent: the first recording stays the one uploaded.
+    """
+    for log_id, data, log, may_hold in logs:
+        rules = fired_rules(log)
+        try:
             if may_hold and is_low_value(log, settings):
                 outbox.hold(log_id, data, rules, index_record(log, data, settings))
                 result.index_only += 1
             else:
                 outbox.enqueue(log_id, data, rules)
                 result.raw_logs += 1
-        pulls = outbox.serve_pulls(requests)
-        result.pulls_served += len(pulls.served)
-        result.pulls_unservable += len(pulls.unservable)
-        drained = outbox.drain(lake, branch, window_open=window_open, commit=False)
-        touched.update(drained.branches)
-        status = outbox.status()
-        status["stopped_by"] = drained.stopped_by
-        result.cars[folder.name] = status
-        if on_car is not None:
-            on_car(folder.name, status)
-    staged = sorted(entry.key for entry in lake.uncommitted(branch))
-    for other in sorted(touched - {branch}):  # uploads a crashed drain began elsewhere
-        commit_uploads(lake, other, metadata or {})
-    commit = commit_uploads(lake, branch, {"batch_id": batch_id, **(metadata or {})})
-    if commit is not None:
-        total = sum(lake.stat_object(commit, key).size for key in staged)
-        result.batch = LandedBatch(branch=branch, commit=commit, keys=staged, total_bytes=total)
-    return result
+        except ValueError as conflict:
+            result.refused[log_id] = str(conflict)

@@ -161,7 +161,7 @@ class Outbox:
         Enqueuing the same log again is a no-op; other bytes under a known id are refused.
         """
         priority = self.settings.class_of(rules)
-        self._insert(log_id, LOG, log_id, data, rules, priority, QUEUED)
+        self._insert([_Item(log_id, LOG, log_id, data, rules, priority, QUEUED)])
         return priority.name
 
     def hold(self, log_id: str, data: bytes, rules: Sequence[str], index_record: bytes) -> str:
@@ -169,54 +169,71 @@ class Outbox:
 
         The log waits, ``held``, for a pull (:meth:`serve_pulls`) or for eviction; its index
         record goes up in the index-record class (vehicle.yaml ``outbox.index_record_class``).
+        Both rows are written in one transaction: a held log always has its index queued.
         Returns the held log's class.
         """
         priority = self.settings.class_of(rules)
-        self._insert(log_id, LOG, log_id, data, rules, priority, HELD)
         index_class = self.settings.class_named(self.settings.index_record_class)
-        self._insert(f"{log_id}.{INDEX}", INDEX, log_id, index_record, rules, index_class, QUEUED)
+        self._insert(
+            [
+                _Item(log_id, LOG, log_id, data, rules, priority, HELD),
+                _Item(f"{log_id}.{INDEX}", INDEX, log_id, index_record, rules, index_class, QUEUED),
+            ]
+        )
         return priority.name
 
-    def _insert(
-        self,
-        item_id: str,
-        kind: str,
-        segment: str,
-        data: bytes,
-        rules: Sequence[str],
-        priority: PriorityClass,
-        state: str,
-    ) -> None:
-        sha = hashlib.sha256(data).hexdigest()
+    def _insert(self, items: Sequence[_Item]) -> None:
+        """Cache every item's bytes, then queue them all in one transaction.
+
+        The files are durable before the rows exist, so a row always has its bytes; items the
+        outbox already holds with the same bytes are skipped, other bytes are refused.
+        """
+        new: list[_Item] = []
         with self._db() as db:
-            known = db.execute("SELECT sha256 FROM logs WHERE log_id = ?", (item_id,)).fetchone()
-        if known is not None:
-            if known["sha256"] != sha:
-                raise ValueError(f"log {item_id} is already in the outbox with other content")
+            for item in items:
+                known = db.execute(
+                    "SELECT sha256 FROM logs WHERE log_id = ?", (item.item_id,)
+                ).fetchone()
+                if known is None:
+                    new.append(item)
+                elif known["sha256"] != item.sha256:
+                    raise ValueError(
+                        f"log {item.item_id} is already in the outbox with other content"
+                    )
+        if not new:
             return
-        write_durably(self._data_path(item_id), data)
+        for item in new:
+            write_durably(self._data_path(item.item_id), item.data)
         with self._db() as db:
-            seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM logs").fetchone()[0]
-            db.execute(
-                "INSERT INTO logs (log_id, kind, segment, object_key, class, rank, rules, size, "
-                "sha256, seq, enqueued_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    item_id,
-                    kind,
-                    segment,
-                    f"{LOG_PREFIX}{segment}{ITEM_SUFFIXES[kind]}",
-                    priority.name,
-                    priority.rank,
-                    json.dumps(sorted(rules)),
-                    len(data),
-                    sha,
-                    seq,
-                    self.clock().isoformat(),
-                    state,
-                ),
-            )
-            event = "held" if state == HELD else "enqueued"
-            self._event(db, event, item_id, priority=priority.name, bytes=len(data), item=kind)
+            for item in new:
+                seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM logs").fetchone()[0]
+                db.execute(
+                    "INSERT INTO logs (log_id, kind, segment, object_key, class, rank, rules, "
+                    "size, sha256, seq, enqueued_at, state) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        item.item_id,
+                        item.kind,
+                        item.segment,
+                        f"{LOG_PREFIX}{item.segment}{ITEM_SUFFIXES[item.kind]}",
+                        item.priority.name,
+                        item.priority.rank,
+                        json.dumps(sorted(item.rules)),
+                        len(item.data),
+                        item.sha256,
+                        seq,
+                        self.clock().isoformat(),
+                        item.state,
+                    ),
+                )
+                self._event(
+                    db,
+                    "held" if item.state == HELD else "enqueued",
+                    item.item_id,
+                    priority=item.priority.name,
+                    bytes=len(item.data),
+                    item=item.kind,
+                )
             evicted = self._evict_over_cap(db)
         # Files go only once the evictions are committed: a queued row always has its bytes.
         for evicted_id in evicted:
@@ -318,6 +335,7 @@ class Outbox:
         Answering twice is a no-op.
         """
         report = PullReport()
+        gone: list[str] = []
         with self._db() as db:
             for log_id, request in sorted(requests.items()):
                 row = db.execute(
@@ -330,8 +348,13 @@ class Outbox:
                     self._event(db, "pull_served", log_id, request=request.get("request_id"))
                     report.served.append(log_id)
                 elif row["state"] == EVICTED:
-                    report.unservable.append(log_id)
-        for log_id in report.unservable:
+                    answered = db.execute(
+                        "SELECT 1 FROM logs WHERE log_id = ?", (f"{log_id}.{NOTICE}",)
+                    ).fetchone()
+                    if answered is None:  # already answered: the notice is on its way
+                        gone.append(log_id)
+        index_class = self.settings.class_named(self.settings.index_record_class)
+        for log_id in gone:
             evicted_at = self._evicted_at(log_id)
             notice = {
                 "log_id": log_id,
@@ -341,14 +364,12 @@ class Outbox:
                 "evicted_at": evicted_at,
             }
             body = json.dumps(notice, sort_keys=True).encode()
-            index_class = self.settings.class_named(self.settings.index_record_class)
-            item_id = f"{log_id}.{NOTICE}"
+            self._insert(
+                [_Item(f"{log_id}.{NOTICE}", NOTICE, log_id, body, [], index_class, QUEUED)]
+            )
             with self._db() as db:
-                answered = db.execute("SELECT 1 FROM logs WHERE log_id = ?", (item_id,)).fetchone()
-            if answered is None:
-                self._insert(item_id, NOTICE, log_id, body, [], index_class, QUEUED)
-                with self._db() as db:
-                    self._event(db, "pull_unservable", log_id, reason=notice["reason"])
+                self._event(db, "pull_unservable", log_id, reason=notice["reason"])
+            report.unservable.append(log_id)
         return report
 
     def _evicted_at(self, log_id: str) -> str:
@@ -464,7 +485,7 @@ class Outbox:
                 row["class"]: {"logs": row["logs"], "bytes": row["bytes"]}
                 for row in db.execute(
                     "SELECT class, COUNT(*) AS logs, SUM(size) AS bytes FROM logs "
-                    f"WHERE state IN {OPEN_STATES} GROUP BY class"
+                    f"WHERE state IN {OPEN_STATES} AND kind = 'log' GROUP BY class"
                 )
             }
             sent = {
@@ -500,6 +521,18 @@ class Outbox:
             "pulls_served": events.get("pull_served", 0),
             "pulls_unservable": events.get("pull_unservable", 0),
         }
+
+    def upload_branches(self) -> list[str]:
+        """Branches this outbox completed uploads on: where a crashed run may have left them
+        staged and uncommitted (``fleet_upload`` commits them on its next run)."""
+        with self._db() as db:
+            return [
+                row["branch"]
+                for row in db.execute(
+                    "SELECT DISTINCT branch FROM logs WHERE state = ? AND branch IS NOT NULL",
+                    (UPLOADED,),
+                )
+            ]
 
     def states(self) -> dict[str, str]:
         with self._db() as db:
@@ -545,6 +578,23 @@ def commit_uploads(lake: VersionedLake, branch: str, metadata: dict[str, str]) -
             **metadata,
         },
     )
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One thing to queue: a log, an index record or a notice, with its bytes and class."""
+
+    item_id: str
+    kind: str
+    segment: str
+    data: bytes
+    rules: Sequence[str]
+    priority: PriorityClass
+    state: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
 
 
 @dataclass

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from aiinfra_pipelines.fleet.landing import LandedBatch
 from aiinfra_pipelines.ingest.pulls import (
     CLOSED,
+    EXPIRED,
     OPEN,
     SERVED,
+    max_open_days,
+    open_pull_requests,
     pull_requests,
     request_raw_segments,
 )
-from aiinfra_pipelines.ingest.views import scene_index_view
+from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.logs.model import DriveLog, TriggerEvent
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.logs.writer import encode_drive_log
 from aiinfra_pipelines.vehicle.fleet_upload import upload_through_outboxes
-from aiinfra_pipelines.vehicle.index_only import IndexOnlySettings, is_low_value
+from aiinfra_pipelines.vehicle.index_only import IndexOnlySettings, index_record, is_low_value
 from aiinfra_pipelines.vehicle.outbox_settings import OutboxSettings
 from aiinfra_pipelines_tests.ingest.helpers import (
     materialize_partition,
@@ -121,6 +126,8 @@ def test_a_pull_for_an_evicted_segment_is_closed_with_the_reason(
         local_lake, [encoded(newer)], "ev-2", root=tmp_path / "cars", outbox_settings=tight
     )
     assert second.pulls_unservable == 1 and second.pulls_served == 0
+    assert second.evictions == 1  # this upload's own, not the car's lifetime count
+    assert set(second.bytes_sent_by_class) == {"normal"}  # the new log and the notice
     (car,) = second.cars.values()
     assert [e["log_id"] for e in car["evictions"]] == [sample.log_id]
     assert car["evictions"][0]["held"] is True
@@ -132,3 +139,88 @@ def test_a_pull_for_an_evicted_segment_is_closed_with_the_reason(
     assert request["closed_reason"].startswith("evicted from the vehicle's cache at ")
     # Nothing half-done: the notice closed the request and no raw rows appeared for it.
     assert sample.log_id not in set(scene_index_view(local_lake)["log_id"])
+    # Answered once: the next upload neither repeats the notice nor counts it again.
+    third = upload_through_outboxes(
+        local_lake, [], "ev-3", root=tmp_path / "cars", outbox_settings=tight
+    )
+    assert third.pulls_unservable == 0 and third.batch is None
+    assert third.evictions == 0 and sum(third.bytes_sent_by_class.values()) == 0
+
+
+def test_a_pulled_log_that_is_quarantined_closes_its_request(
+    local_lake, instance, ingest_resources, tmp_path
+):
+    """The car sent it and holds it no more: the request must not wait forever."""
+    raw = make_synthetic_log(
+        n_frames=20, seed=11, lighting="night", plates_per_frame=1, vehicle_anonymized=False
+    )
+    unblurred = dataclasses.replace(raw, events=quiet_night_sample(11).events)
+    first = upload_through_outboxes(local_lake, [encoded(unblurred)], "q-1", root=tmp_path / "c")
+    ingest(instance, ingest_resources, first.batch)
+    index = scene_index_view(local_lake, include_index_only=True)
+    request_raw_segments(local_lake, index, [unblurred.log_id], reason="x", requested_by="t")
+    second = upload_through_outboxes(local_lake, [], "q-2", root=tmp_path / "c")
+    assert ingest(instance, ingest_resources, second.batch) == {
+        f"logs/{unblurred.log_id}.mcap": "quarantined"
+    }
+    (request,) = pull_requests(local_lake)
+    assert request["status"] == CLOSED
+    assert request["closed_reason"] == "the raw log arrived and was quarantined: residual_pii"
+
+
+def test_a_malformed_index_record_is_quarantined_and_its_batch_goes_on(
+    local_lake, instance, ingest_resources
+):
+    good = make_synthetic_log(n_frames=20, seed=12)
+    uploads = {
+        "logs/empty.index.json": b'{"kind": "aiinfra.index_record", "metadata": {}, "frames": []}',
+        "logs/junk.index.json": b"\x00not json",
+        "logs/numbers.index.json": json.dumps(_record_with_text_speed()).encode(),
+        f"logs/{good.log_id}.mcap": encode_drive_log(good),
+    }
+    local_lake.create_branch("ingest-bad-index", source_ref="main")
+    for key, data in uploads.items():
+        local_lake.put_object("ingest-bad-index", key, data)
+    commit = local_lake.commit("ingest-bad-index", "upload", {"kind": "ingest-upload"})
+    batch = LandedBatch("ingest-bad-index", commit, sorted(uploads), 0)
+    verdicts = ingest(instance, ingest_resources, batch)
+    assert verdicts[f"logs/{good.log_id}.mcap"] == "accepted"
+    bad = {key: v for key, v in verdicts.items() if key.endswith(".index.json")}
+    assert set(bad.values()) == {"quarantined"} and len(bad) == 3
+    quarantine = quarantine_view(local_lake)
+    assert set(quarantine["reason_codes"]) == {"bad_index_record"}
+
+
+def _record_with_text_speed() -> dict:
+    sample = quiet_night_sample(13)
+    record = json.loads(index_record(sample, b"raw", IndexOnlySettings.load()))
+    record["frames"][3]["speed_mps"] = "fast"
+    return record
+
+
+def test_an_unanswered_request_expires_and_may_be_asked_again(local_lake, tmp_path):
+    sample = quiet_night_sample(14)
+    upload_through_outboxes(local_lake, [encoded(sample)], "x-1", root=tmp_path / "c")
+    index = _index_rows_of(sample)
+    request_raw_segments(local_lake, index, [sample.log_id], reason="x", requested_by="t")
+    later = datetime.now(UTC) + timedelta(days=max_open_days() + 1)
+    (request,) = pull_requests(local_lake, now=later)
+    assert request["status"] == EXPIRED
+    assert open_pull_requests(local_lake, now=later) == {}
+    assert open_pull_requests(local_lake)[sample.log_id]["status"] == OPEN
+
+
+def _index_rows_of(log: DriveLog):
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {
+                "log_id": log.log_id,
+                "raw_available": False,
+                "slice": "night/clear/highway",
+                "vehicle_pseudonym": "veh-0000000000000000",
+                "log_key": f"logs/{log.log_id}.index.json",
+            }
+        ]
+    )
