@@ -22,6 +22,7 @@ from aiinfra_pipelines.fleet.drive import drive_fleet_logs
 from aiinfra_pipelines.fleet.landing import LandedBatch
 from aiinfra_pipelines.fleet.simulator import EpisodeDrive
 from aiinfra_pipelines.fleet.vehicles import Vehicle
+from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
 from aiinfra_pipelines.lake.layout import LOG_PREFIX, LOG_SUFFIX, PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
@@ -169,14 +170,30 @@ def drive_and_upload(
     )
     if sent.batch is None:
         raise RuntimeError(f"no car sent anything for {batch_id}: nothing to ingest")
-    landed_ids = {key.removeprefix(LOG_PREFIX).removesuffix(LOG_SUFFIX) for key in sent.batch.keys}
-    frames = sum(len(log.frames) for log_id, _, log in [*logs, *truncated] if log_id in landed_ids)
+    landed_ids = {
+        key.removeprefix(LOG_PREFIX).removesuffix(LOG_SUFFIX)
+        for key in sent.batch.keys
+        if key.endswith(LOG_SUFFIX)
+    }
+    driven = {log_id: len(log.frames) for log_id, _, log in [*logs, *truncated]}
+    frames = sum(count for log_id, count in driven.items() if log_id in landed_ids)
+    frames += pulled_frames(lake, landed_ids - set(driven))
     # A car that kept no segment has no outbox yet: its records carry none.
     outboxes = {vin: sent.cars.get(car_folder(outbox_root(), vin).name) for vin in _vins(drives)}
     records = telemetry_records(drives, assignment, batch_id, outboxes)
     telemetry = land_telemetry(lake, batch_id, records, metadata={"seed": str(seed)})
     candidate_drives = sum(assignment.cohort.get(d.vehicle.vin) == CANDIDATE for d in drives)
     return FleetUpload(sent.batch, telemetry, len(drives), candidate_drives, frames, sent)
+
+
+def pulled_frames(lake: VersionedLake, log_ids: set[str]) -> int:
+    """Frames of raw logs sent on a pull: driven in an earlier cycle, indexed then from their
+    index records (one scene-index row per frame)."""
+    if not log_ids:
+        return 0
+    index = scene_index_view(lake, include_index_only=True)
+    held = index[~raw_available(index)] if not index.empty else index
+    return int(held["log_id"].isin(log_ids).sum()) if not held.empty else 0
 
 
 def _vins(drives: list[EpisodeDrive]) -> list[str]:

@@ -163,6 +163,8 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     answered = second["pull_requests"]
     assert answered.get("served", 0) + answered.get("closed", 0) == asked, answered
     assert answered.get("open", 0) == 0, answered
+    for cycle in (first, second):  # pulled logs count as landed in the cycle that sent them
+        assert cycle["kpis"]["frames_published_share"] <= 1.0, cycle["kpis"]
     assert len(index) == first["frames_accepted"] + second["frames_accepted"]
     assert first["logs_quarantined"] == 1 and second["logs_quarantined"] == 0
     failed = {r.run_id for r in instance.get_runs() if r.status == dg.DagsterRunStatus.FAILURE}
