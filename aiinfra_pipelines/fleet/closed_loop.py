@@ -362,11 +362,15 @@ def run_episode(
                 decision = planner.act_in_state(status.state, perception, speed, status.cause)
                 planned = time.perf_counter()
                 if shadow_planner is not None:
-                    shadow = shadow_planner.act(
-                        engine_perception(shadow_engine, seen, ego.lane_index, ego.lane_count),
-                        speed,
-                    )
-                    trace.shadow(shadow.name == decision.name)
+                    try:
+                        shadow_seen = engine_perception(
+                            shadow_engine, seen, ego.lane_index, ego.lane_count
+                        )
+                    except Exception:  # a shadow engine that fails decides nothing: no match
+                        trace.shadow(False)
+                    else:
+                        shadow = shadow_planner.act(shadow_seen, speed)
+                        trace.shadow(shadow.name == decision.name)
                 if scripted is not None:
                     scripted.before_step(step)
                 _, _, terminated, truncated, _ = env.step(decision.action)

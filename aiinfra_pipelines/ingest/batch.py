@@ -335,6 +335,7 @@ def pull_answers(lake: VersionedLake, result: BatchResult, main_ref: str) -> dic
         o.log_id or o.location.log_name: {
             "partition": result.batch.partition_key,
             "log_key": o.location.key,
+            "sha256": o.sha256,
             **({"duplicate_of": o.duplicate_of} if o.duplicate_of else {}),
         }
         for o in logs

@@ -115,6 +115,8 @@ def request_raw_segments(
             "slice": row["slice"],
             "vehicle_pseudonym": row["vehicle_pseudonym"],
             "index_log_key": row["log_key"],
+            # What the car said it holds: the raw log that answers must be these bytes.
+            "raw_sha256": _indexed_sha256(lake, row),
         }
         objects[pull_key(log_id)] = _json(record)
         result.requested.append(log_id)
@@ -127,6 +129,18 @@ def request_raw_segments(
             {"kind": "pull-request", "request_id": request_id, "requested_by": requested_by},
         )
     return result
+
+
+def _indexed_sha256(lake: VersionedLake, row: Mapping[str, Any]) -> str:
+    """The raw log's SHA-256 from the index record the row was indexed from ("" if unknown).
+
+    The record stays on its ingest branch (raw zone); its commit is the row's source.
+    """
+    try:
+        record = lake.get_json(str(row["source_commit"]), str(row["log_key"]))
+    except (NotFoundError, KeyError, ValueError):
+        return ""
+    return str(record.get("raw_sha256") or "") if isinstance(record, dict) else ""
 
 
 def _index_only_logs(index_rows: pd.DataFrame) -> dict[str, Mapping[str, Any]]:
@@ -173,10 +187,18 @@ def answered(
     now = datetime.now(UTC).isoformat(timespec="seconds")
     for log_id, where in served.items():
         request = _open_request(lake, main_ref, log_id)
-        if request is not None:
-            updates[pull_key(log_id)] = _json(
-                {**request, "status": SERVED, "answered_at": now, "served_by": dict(where)}
-            )
+        if request is None:
+            continue
+        expected, arrived = request.get("raw_sha256"), where.get("sha256")
+        if expected and arrived and expected != arrived:
+            answer = {
+                "status": CLOSED,
+                "closed_reason": f"the car sent other bytes than it indexed (sha256 "
+                f"{arrived[:12]}, indexed {expected[:12]})",
+            }
+        else:
+            answer = {"status": SERVED, "served_by": dict(where)}
+        updates[pull_key(log_id)] = _json({**request, **answer, "answered_at": now})
     for log_id, notice in unservable.items():
         request = _open_request(lake, main_ref, log_id)
         if request is not None:

@@ -172,3 +172,11 @@ def test_the_fleet_logs_every_transition_and_keeps_the_segments_around_them(conf
         for event in log.degradation:
             assert log.frames[0].timestamp_ns <= event.timestamp_ns <= log.frames[-1].timestamp_ns
         assert read_drive_log(encode_drive_log(log)).degradation == log.degradation
+
+
+def test_a_failing_shadow_engine_disagrees_and_never_stops_the_drive(config, engine):
+    """Shadow mode must not be able to hurt the car: its failures count as no agreement."""
+    metrics = drive(config, engine, steps=12, shadow_engine=FaultyEngine(engine, range(3, 7)))
+    assert metrics.steps == 12 and metrics.degradation_transitions == []
+    assert metrics.shadow_steps == 12
+    assert metrics.shadow_agreements == 12 - 4  # the four failed calls, nothing else

@@ -14,6 +14,7 @@ from aiinfra_pipelines.ingest.pulls import (
     EXPIRED,
     OPEN,
     SERVED,
+    answered,
     max_open_days,
     open_pull_requests,
     pull_requests,
@@ -95,6 +96,8 @@ def test_an_index_only_segment_is_indexed_then_pulled_and_ingested(
     (request,) = pull_requests(local_lake)
     assert request["status"] == SERVED
     assert request["served_by"]["log_key"] == second.batch.keys[0]
+    # The bytes that arrived are the ones the car indexed.
+    assert request["raw_sha256"] == request["served_by"]["sha256"] == record["raw_sha256"]
     raw = scene_index_view(local_lake)
     assert len(raw) == 20 and raw["raw_available"].all() and set(raw["log_id"]) == {sample.log_id}
     both = scene_index_view(local_lake, include_index_only=True)
@@ -224,3 +227,25 @@ def _index_rows_of(log: DriveLog):
             }
         ]
     )
+
+
+def test_other_bytes_than_the_car_indexed_close_the_request(local_lake, tmp_path):
+    """A raw log must be the recording its index described: anything else is not an answer."""
+    sample = quiet_night_sample(15)
+    upload_through_outboxes(local_lake, [encoded(sample)], "sha-1", root=tmp_path / "c")
+    index = _index_rows_of(sample)
+    request_raw_segments(local_lake, index, [sample.log_id], reason="x", requested_by="t")
+    (request,) = pull_requests(local_lake)
+    assert request["raw_sha256"] == ""  # these rows name no index record: nothing to hold to
+    held = {**request, "raw_sha256": "a" * 64}
+    local_lake.put_object("main", f"pulls/{sample.log_id}.json", json.dumps(held).encode())
+    local_lake.commit("main", "an index that names its raw log", {})
+    updates = answered(
+        local_lake,
+        "main",
+        served={sample.log_id: {"partition": "p", "log_key": "k", "sha256": "b" * 64}},
+        unservable={},
+    )
+    closed = json.loads(updates[f"pulls/{sample.log_id}.json"])
+    assert closed["status"] == CLOSED
+    assert closed["closed_reason"].startswith("the car sent other bytes than it indexed")
