@@ -22,97 +22,55 @@ committed there in one commit (an ingest branch, as ``fleet.landing`` lands a ba
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from aiinfra_pipelines.durable import write_durably
 from aiinfra_pipelines.lake.errors import NotFoundError
-from aiinfra_pipelines.lake.layout import (
-    INDEX_RECORD_SUFFIX,
-    LOG_PREFIX,
-    LOG_SUFFIX,
-    PULL_NOTICE_SUFFIX,
-)
 from aiinfra_pipelines.lake.port import UploadHandle, VersionedLake
 from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
-from .outbox_settings import OutboxSettings, PriorityClass
+from .outbox_settings import OutboxSettings
+from .outbox_store import (
+    CACHED_STATES,
+    EVICTED,
+    HELD,
+    INDEX,
+    LOG,
+    NOTICE,
+    OPEN_STATES,
+    QUEUED,
+    SCHEMA,
+    UPLOADED,
+    UPLOADING,
+    DrainReport,
+    Progress,
+    PullReport,
+    QueueItem,
+    commit_uploads,
+)
 
-QUEUED, UPLOADING, UPLOADED, EVICTED = "queued", "uploading", "uploaded", "evicted"
-# A raw log whose index record went up instead: cached until a pull or an eviction.
-HELD = "held"
-Progress = Callable[[str, str, int], None]
-OPEN_STATES = (QUEUED, UPLOADING)
-CACHED_STATES = (QUEUED, UPLOADING, HELD)
-# What an outbox item is: a raw log, the index record of a held log, or the notice that a
-# pulled log can no longer be sent. Each lands under its own suffix (lake.layout).
-LOG, INDEX, NOTICE = "log", "index", "notice"
-ITEM_SUFFIXES = {LOG: LOG_SUFFIX, INDEX: INDEX_RECORD_SUFFIX, NOTICE: PULL_NOTICE_SUFFIX}
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS logs (
-    log_id TEXT PRIMARY KEY,  -- the item's id: the log id, or "<log id>.index" / ".unservable"
-    kind TEXT NOT NULL,
-    segment TEXT NOT NULL,    -- the log the item is about
-    object_key TEXT NOT NULL, -- where it lands on the batch branch
-    class TEXT NOT NULL,
-    rank INTEGER NOT NULL,
-    rules TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    sha256 TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    enqueued_at TEXT NOT NULL,
-    state TEXT NOT NULL,
-    branch TEXT,
-    key TEXT,
-    upload_id TEXT,
-    finished_at TEXT
-);
-CREATE TABLE IF NOT EXISTS parts (
-    log_id TEXT NOT NULL,
-    part_number INTEGER NOT NULL,
-    etag TEXT NOT NULL,
-    PRIMARY KEY (log_id, part_number)
-);
-CREATE TABLE IF NOT EXISTS transfers (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    log_id TEXT NOT NULL,
-    part_number INTEGER NOT NULL,
-    bytes INTEGER NOT NULL,
-    day TEXT NOT NULL,
-    at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    at TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    log_id TEXT NOT NULL,
-    detail TEXT NOT NULL
-);
-"""
+__all__ = [
+    "EVICTED",
+    "HELD",
+    "QUEUED",
+    "UPLOADED",
+    "UPLOADING",
+    "DrainReport",
+    "Outbox",
+    "PullReport",
+    "commit_uploads",
+]
 
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass
-class DrainReport:
-    """What one drain did: logs completed (in order), parts sent, and why it stopped."""
-
-    uploaded: list[str] = field(default_factory=list)
-    parts_sent: int = 0
-    bytes_sent: int = 0
-    stopped_by: str = "queue empty"
-    commits: dict[str, str] = field(default_factory=dict)  # branch → commit id
-    branches: list[str] = field(default_factory=list)  # where this drain staged uploads
 
 
 class Outbox:
@@ -161,7 +119,7 @@ class Outbox:
         Enqueuing the same log again is a no-op; other bytes under a known id are refused.
         """
         priority = self.settings.class_of(rules)
-        self._insert([_Item(log_id, LOG, log_id, data, rules, priority, QUEUED)])
+        self._insert([QueueItem(log_id, LOG, log_id, data, rules, priority, QUEUED)])
         return priority.name
 
     def hold(self, log_id: str, data: bytes, rules: Sequence[str], index_record: bytes) -> str:
@@ -176,19 +134,21 @@ class Outbox:
         index_class = self.settings.class_named(self.settings.index_record_class)
         self._insert(
             [
-                _Item(log_id, LOG, log_id, data, rules, priority, HELD),
-                _Item(f"{log_id}.{INDEX}", INDEX, log_id, index_record, rules, index_class, QUEUED),
+                QueueItem(log_id, LOG, log_id, data, rules, priority, HELD),
+                QueueItem(
+                    f"{log_id}.{INDEX}", INDEX, log_id, index_record, rules, index_class, QUEUED
+                ),
             ]
         )
         return priority.name
 
-    def _insert(self, items: Sequence[_Item]) -> None:
+    def _insert(self, items: Sequence[QueueItem]) -> None:
         """Cache every item's bytes, then queue them all in one transaction.
 
         The files are durable before the rows exist, so a row always has its bytes; items the
         outbox already holds with the same bytes are skipped, other bytes are refused.
         """
-        new: list[_Item] = []
+        new: list[QueueItem] = []
         with self._db() as db:
             for item in items:
                 known = db.execute(
@@ -215,7 +175,7 @@ class Outbox:
                         item.item_id,
                         item.kind,
                         item.segment,
-                        f"{LOG_PREFIX}{item.segment}{ITEM_SUFFIXES[item.kind]}",
+                        item.object_key,
                         item.priority.name,
                         item.priority.rank,
                         json.dumps(sorted(item.rules)),
@@ -365,7 +325,7 @@ class Outbox:
             }
             body = json.dumps(notice, sort_keys=True).encode()
             self._insert(
-                [_Item(f"{log_id}.{NOTICE}", NOTICE, log_id, body, [], index_class, QUEUED)]
+                [QueueItem(f"{log_id}.{NOTICE}", NOTICE, log_id, body, [], index_class, QUEUED)]
             )
             with self._db() as db:
                 self._event(db, "pull_unservable", log_id, reason=notice["reason"])
@@ -548,61 +508,6 @@ class Outbox:
                 (row["log_id"], row["part_number"])
                 for row in db.execute("SELECT log_id, part_number FROM transfers ORDER BY id")
             ]
-
-
-def commit_uploads(lake: VersionedLake, branch: str, metadata: dict[str, str]) -> str | None:
-    """Commit what outboxes completed on ``branch`` (and any a crashed drain left staged).
-
-    Several cars' drains can stage on one batch branch and commit once: one commit is one
-    ingest batch, so a fleet's upload is ingested in one run.
-    """
-    staged = [entry for entry in lake.uncommitted(branch) if entry.key.startswith(LOG_PREFIX)]
-    if not staged:
-        return None
-    total = sum(entry.size or 0 for entry in staged)
-    kinds = {
-        kind: sum(entry.key.endswith(suffix) for entry in staged)
-        for kind, suffix in ITEM_SUFFIXES.items()
-    }
-    batch = metadata.get("batch_id")
-    return lake.commit(
-        branch,
-        f"{f'upload batch {batch}' if batch else 'outbox upload'}: {kinds[LOG]} log(s), "
-        f"{kinds[INDEX]} index record(s), {kinds[NOTICE]} pull notice(s)",
-        {
-            "kind": "ingest-upload",
-            "log_count": str(kinds[LOG]),
-            "index_records": str(kinds[INDEX]),
-            "pull_notices": str(kinds[NOTICE]),
-            "total_bytes": str(total),
-            **metadata,
-        },
-    )
-
-
-@dataclass(frozen=True)
-class _Item:
-    """One thing to queue: a log, an index record or a notice, with its bytes and class."""
-
-    item_id: str
-    kind: str
-    segment: str
-    data: bytes
-    rules: Sequence[str]
-    priority: PriorityClass
-    state: str
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
-
-
-@dataclass
-class PullReport:
-    """What one answer to the pull requests did: logs queued again, logs gone (evicted)."""
-
-    served: list[str] = field(default_factory=list)
-    unservable: list[str] = field(default_factory=list)
 
 
 @dataclass
