@@ -215,7 +215,7 @@ def pull_request(
     import json
 
     from aiinfra_pipelines.config import load_resource_yaml
-    from aiinfra_pipelines.ingest.pulls import EXPIRED, pull_requests, request_raw_segments
+    from aiinfra_pipelines.ingest.pulls import request_raw_segments, requested_log_ids
     from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
 
     lake = _lake()
@@ -227,7 +227,7 @@ def pull_request(
                 f"no indexed segment in slice {slice_name!r}", param_hint="--slice"
             )
         held = index[(index["slice"] == slice_name) & ~raw_available(index)]
-        asked = {r["log_id"] for r in pull_requests(lake) if r["status"] != EXPIRED}
+        asked = requested_log_ids(lake)
         most = limit or int(load_resource_yaml("mining.yaml")["pulls"]["max_segments"])
         wanted += [log_id for log_id in dict.fromkeys(held["log_id"]) if log_id not in asked][:most]
     if not wanted:

@@ -6,7 +6,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from aiinfra_pipelines.ingest.pulls import pull_requests
+from aiinfra_pipelines.ingest.pulls import pull_request_counts
 from aiinfra_pipelines.ingest.views import quarantine_view, raw_available, scene_index_view
 from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
@@ -25,9 +25,7 @@ def held_on_cars_line(lake: VersionedLake) -> str:
     """Segments indexed from index records (raw still on the cars) and the pulls for them."""
     every = scene_index_view(lake, include_index_only=True)
     held = every[~raw_available(every)] if not every.empty else pd.DataFrame(columns=["log_id"])
-    pulls: dict[str, int] = {}
-    for request in pull_requests(lake):
-        pulls[request["status"]] = pulls.get(request["status"], 0) + 1
+    pulls = pull_request_counts(lake)
     by_status = ", ".join(f"{count} {status}" for status, count in sorted(pulls.items()))
     return (
         f"held on cars (index only): {held['log_id'].nunique()} segment(s), {len(held)} "

@@ -19,7 +19,7 @@ import dagster as dg
 import pandas as pd
 
 from aiinfra_pipelines.config import load_resource_yaml
-from aiinfra_pipelines.ingest.pulls import pull_requests
+from aiinfra_pipelines.ingest.pulls import pull_request_counts
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.lake.io_manager import asset_object_base
 from aiinfra_pipelines.lake.port import VersionedLake
@@ -244,7 +244,4 @@ def upload_figures(upload: FleetUpload) -> dict[str, Any]:
 
 def pull_request_figures(lake: VersionedLake) -> dict[str, int]:
     """Pull requests on main by status (open, served, closed)."""
-    counts: dict[str, int] = {}
-    for request in pull_requests(lake):
-        counts[request["status"]] = counts.get(request["status"], 0) + 1
-    return counts
+    return pull_request_counts(lake)

@@ -66,6 +66,20 @@ def open_pull_requests(
     return {r["log_id"]: r for r in pull_requests(lake, ref, now) if r["status"] == OPEN}
 
 
+def pull_request_counts(lake: VersionedLake, ref: str = MAIN_BRANCH) -> dict[str, int]:
+    """Pull requests at ``ref`` by status (open, served, closed, expired)."""
+    counts: dict[str, int] = {}
+    for request in pull_requests(lake, ref):
+        counts[request["status"]] = counts.get(request["status"], 0) + 1
+    return counts
+
+
+def requested_log_ids(lake: VersionedLake, ref: str = MAIN_BRANCH) -> set[str]:
+    """Segments asked for already (served, closed or still waiting): not to be asked again.
+    An expired request does not count."""
+    return {r["log_id"] for r in pull_requests(lake, ref) if r["status"] != EXPIRED}
+
+
 @dataclass
 class PullRequestResult:
     request_id: str

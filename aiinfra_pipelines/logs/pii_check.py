@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
 
-from aiinfra_pipelines.logs.model import DriveLog, Frame
+from aiinfra_pipelines.logs.model import DriveLog
 from aiinfra_pipelines.logs.pii_detection import (
     FRONT,
     REAR,
     Box,
     HaarCascadeDetector,
-    PiiRegion,
+    painted_plate_regions,
     region_contrast,
 )
 
@@ -58,16 +58,6 @@ class PiiFinding:
             f"frame {self.frame_index} {self.camera} {self.kind} at ({x0},{y0})-({x1},{y1}), "
             f"contrast {self.contrast:.1f} [{self.found_by}]"
         )
-
-
-def _ground_truth_regions(frame: Frame) -> list[PiiRegion]:
-    regions = []
-    for other in frame.others:
-        if other.plate_box is not None:
-            regions.append(PiiRegion(FRONT, other.plate_box, "plate", GROUND_TRUTH))
-        if other.rear_plate_box is not None and frame.rear_image is not None:
-            regions.append(PiiRegion(REAR, other.rear_plate_box, "plate", GROUND_TRUTH))
-    return regions
 
 
 @lru_cache(maxsize=4)
@@ -106,7 +96,7 @@ def find_residual_pii(log: DriveLog, settings: Mapping[str, Any]) -> list[PiiFin
     for index, frame in enumerate(log.frames):
         images = {FRONT: frame.image, REAR: frame.rear_image}
         seen: set[tuple[str, Box]] = set()
-        for region in _ground_truth_regions(frame) + detector.detect(frame):
+        for region in painted_plate_regions(frame, GROUND_TRUTH) + detector.detect(frame):
             image = images.get(region.camera)
             if image is None or (region.camera, region.box) in seen:
                 continue

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from aiinfra_pipelines.logs.anonymize import plate_boxes, rear_plate_boxes
 from aiinfra_pipelines.logs.model import Frame
 
 Box = tuple[int, int, int, int]
@@ -45,6 +46,16 @@ def camera_images(frame: Frame) -> Iterator[tuple[str, np.ndarray]]:
     yield FRONT, frame.image
     if frame.rear_image is not None:
         yield REAR, frame.rear_image
+
+
+def painted_plate_regions(frame: Frame, found_by: str) -> list[PiiRegion]:
+    """The plate boxes a simulated frame carries (``logs.anonymize.plate_boxes`` and its rear
+    twin) as regions: what the car's simulator detector and the cloud's ground-truth check
+    both start from."""
+    regions = [PiiRegion(FRONT, box, "plate", found_by) for box in plate_boxes(frame)]
+    if frame.rear_image is not None:
+        regions += [PiiRegion(REAR, box, "plate", found_by) for box in rear_plate_boxes(frame)]
+    return regions
 
 
 def luminance(image: np.ndarray) -> np.ndarray:

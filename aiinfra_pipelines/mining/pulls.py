@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from aiinfra_pipelines.ingest.pulls import EXPIRED, pull_requests, request_raw_segments
+from aiinfra_pipelines.ingest.pulls import request_raw_segments, requested_log_ids
 from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
 from aiinfra_pipelines.lake.port import VersionedLake
 
@@ -41,7 +41,7 @@ def pull_weak_slices(
         key=lambda name: (slice_accuracy[name] is None, slice_accuracy[name] or 0.0),
     )
     weak = ranked[: int(settings["weak_slices"])]
-    asked = {r["log_id"] for r in pull_requests(lake) if r["status"] != EXPIRED}
+    asked = requested_log_ids(lake)
     log_ids = [
         log_id
         for log_id in dict.fromkeys(held.loc[held["slice"].isin(weak), "log_id"])

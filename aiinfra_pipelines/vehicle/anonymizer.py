@@ -24,6 +24,7 @@ from aiinfra_pipelines.logs.pii_detection import (
     HaarCascadeDetector,
     PiiDetector,
     PiiRegion,
+    painted_plate_regions,
 )
 from aiinfra_pipelines.vehicle.outbox_settings import CONFIG_FILE
 
@@ -67,13 +68,7 @@ class SimulatorPlateDetector:
     name = "simulator_boxes"
 
     def detect(self, frame: Frame) -> list[PiiRegion]:
-        regions = []
-        for other in frame.others:
-            if other.plate_box is not None:
-                regions.append(PiiRegion(FRONT, other.plate_box, "plate", self.name))
-            if other.rear_plate_box is not None and frame.rear_image is not None:
-                regions.append(PiiRegion(REAR, other.rear_plate_box, "plate", self.name))
-        return regions
+        return painted_plate_regions(frame, self.name)
 
 
 @dataclass(frozen=True)
