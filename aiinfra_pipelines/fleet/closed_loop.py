@@ -251,149 +251,215 @@ def run_episode(
     the car's degradation monitor (vehicle.yaml when ``None``) and ``health`` says what it is
     told about latency and sensor age (see :mod:`aiinfra_pipelines.fleet.health`).
     """
-    cfg = fleet_config(config)
-    metric_cfg = metrics_config or MetricsConfig.from_triggers()
-    sim = cfg["simulation"]
-    rate_hz = float(sim["policy_frequency_hz"])
-    dt_s = 1.0 / rate_hz
-    max_speed = float(cfg["can"]["max_speed_mps"])
-    bins = [float(b) for b in cfg["perception"]["bin_edges_m"]]
-    max_range = float(cfg["perception"]["max_range_m"])
-
-    period_ns = round(1e9 / rate_hz)
-    planner = RulePlanner(cfg)
-    monitor = DegradationMonitor(degradation)
-    health = health or SimulatedHealth()
-    shadow_planner = RulePlanner(cfg) if shadow_engine is not None else None
     # highway-env (and pygame, matplotlib) load here, not when the code location is imported:
     # every Dagster run process imports this module, few of them simulate.
-    from aiinfra_pipelines.fleet.sim_env import (
-        GroundTruthReader,
-        Lidar,
-        ego_footprint,
-        ego_state,
-        isolated_behaviour_class,
-        make_env,
-        render_canvas,
-    )
+    from aiinfra_pipelines.fleet.sim_env import isolated_behaviour_class, make_env
 
-    camera = EgoCamera.from_config(cfg["camera"])
-    reader = GroundTruthReader(cfg)
-    trace = _Trace()
-    done = False
-    # Ground-truth perception with nobody watching needs no camera frame: skipping render and
-    # degradation changes no outcome (neither feeds the simulation) and halves the step cost.
-    needs_frame = engine is not None or shadow_engine is not None or observer is not None
-    recording = rig if observer is not None else None
-    rear_rng = sensor_rng if sensor_rng is not None else np.random.default_rng(setup.env_seed)
-    with isolated_behaviour_class(cfg):
-        env = make_env(setup.road_type, setup.env_seed, cfg)
-        lidar = (
+    loop = _ClosedLoop(
+        setup,
+        rng,
+        cfg=fleet_config(config),
+        metric_cfg=metrics_config or MetricsConfig.from_triggers(),
+        engine=engine,
+        shadow_engine=shadow_engine,
+        observer=observer,
+        recording=rig if observer is not None else None,
+        rear_rng=sensor_rng if sensor_rng is not None else np.random.default_rng(setup.env_seed),
+        monitor=DegradationMonitor(degradation),
+        health=health or SimulatedHealth(),
+    )
+    with isolated_behaviour_class(loop.cfg):
+        env = make_env(setup.road_type, setup.env_seed, loop.cfg)
+        try:
+            loop.drive(env)
+        finally:
+            env.close()
+    return loop.metrics()
+
+
+@dataclass(frozen=True)
+class _Sensed:
+    """One step's sensing: the degraded frames the car saw, and the truth behind them."""
+
+    seen: np.ndarray | None
+    seen_rear: np.ndarray | None
+    ego: EgoState
+    speed: float
+    others: list[OtherVehicle]
+    seconds: float  # wall-clock spent rendering, reading and degrading
+
+
+class _ClosedLoop:
+    """One episode's moving parts, so that each step reads sense → perceive → plan → act.
+
+    The order of every call that draws from a random stream or touches the simulator is the
+    order the fleet's logs were always produced in: equal seeds give byte-identical logs.
+    """
+
+    def __init__(
+        self,
+        setup: EpisodeSetup,
+        rng: np.random.Generator,
+        *,
+        cfg: FleetConfig,
+        metric_cfg: MetricsConfig,
+        engine: Engine | None,
+        shadow_engine: Engine | None,
+        observer: StepObserver | None,
+        recording: SensorRig | None,
+        rear_rng: np.random.Generator,
+        monitor: DegradationMonitor,
+        health: SimulatedHealth,
+    ) -> None:
+        from aiinfra_pipelines.fleet.sim_env import GroundTruthReader, Lidar
+
+        self.setup, self.rng, self.rear_rng = setup, rng, rear_rng
+        self.cfg, self.metric_cfg = cfg, metric_cfg
+        self.engine, self.shadow_engine, self.observer = engine, shadow_engine, observer
+        self.recording, self.monitor, self.health = recording, monitor, health
+        self.period_ns = round(1e9 / float(cfg["simulation"]["policy_frequency_hz"]))
+        self.max_speed = float(cfg["can"]["max_speed_mps"])
+        self.bins = [float(b) for b in cfg["perception"]["bin_edges_m"]]
+        self.max_range = float(cfg["perception"]["max_range_m"])
+        self.planner = RulePlanner(cfg)
+        self.shadow_planner = RulePlanner(cfg) if shadow_engine is not None else None
+        self.camera = EgoCamera.from_config(cfg["camera"])
+        self.reader = GroundTruthReader(cfg)
+        self.lidar = (
             Lidar(recording.lidar.beams, recording.lidar.range_m)
             if recording is not None and recording.lidar is not None
             else None
         )
-        try:
-            scripted = (
-                ScriptedTraffic(env, setup.events, rate_hz, str(sim["other_vehicles_type"]))
-                if setup.events
-                else None
+        # Ground-truth perception with nobody watching needs no camera frame: skipping render
+        # and degradation changes no outcome (neither feeds the simulation) and halves the cost.
+        self.needs_frame = engine is not None or shadow_engine is not None or observer is not None
+        self.trace = _Trace()
+        self.scripted: ScriptedTraffic | None = None
+
+    def drive(self, env: Any) -> None:
+        """Step until the episode ends or reaches ``max_steps``, recording the final state."""
+        sim = self.cfg["simulation"]
+        rate_hz = float(sim["policy_frequency_hz"])
+        if self.setup.events:
+            self.scripted = ScriptedTraffic(
+                env, self.setup.events, rate_hz, str(sim["other_vehicles_type"])
             )
-            for step in range(setup.max_steps + 1):
-                started = time.perf_counter()
-                image = rear = None
-                if needs_frame:
-                    canvas, heading = render_canvas(env, camera)
-                    image = camera.image_from_canvas(canvas, heading)
-                    if recording is not None and recording.rear is not None:
-                        rear = recording.rear.image_from_canvas(
-                            canvas, heading, camera.ego_on_canvas(heading)
-                        )
-                ego = ego_state(env)
-                rear_camera = recording.rear if recording is not None else None
-                others = reader.read(env, image, rear, rear_camera)  # paints plates into both
-                speed = float(np.clip(ego.speed_mps, 0.0, max_speed))
-                seen = (
-                    degrade(image, setup.weather, setup.lighting, rng, cfg, camera)
-                    if image is not None
-                    else None
+        done = False
+        for step in range(self.setup.max_steps + 1):
+            sensed = self._sense(env, step)
+            if done or step == self.setup.max_steps:
+                self.trace.simulator_ms.append(sensed.seconds * 1e3)
+                return
+            done = self._decide_and_act(env, step, sensed)
+
+    def metrics(self) -> EpisodeMetrics:
+        return self.trace.metrics(
+            engine=self.engine,
+            shadow_engine=self.shadow_engine,
+            dt_s=1.0 / float(self.cfg["simulation"]["policy_frequency_hz"]),
+            hard_brake_mps2=self.metric_cfg.hard_brake_mps2,
+            events=self.scripted.fired if self.scripted is not None else [],
+        )
+
+    def _sense(self, env: Any, step: int) -> _Sensed:
+        """Render and degrade what the car sees, show it to the observer, trace the truth."""
+        from aiinfra_pipelines.fleet.sim_env import ego_footprint, ego_state, render_canvas
+
+        started = time.perf_counter()
+        image = rear = None
+        rear_camera = self.recording.rear if self.recording is not None else None
+        if self.needs_frame:
+            canvas, heading = render_canvas(env, self.camera)
+            image = self.camera.image_from_canvas(canvas, heading)
+            if rear_camera is not None:
+                rear = rear_camera.image_from_canvas(
+                    canvas, heading, self.camera.ego_on_canvas(heading)
                 )
-                seen_rear = (
-                    degrade(rear, setup.weather, setup.lighting, rear_rng, cfg, rear_camera)
-                    if rear is not None
-                    else None
-                )
-                points = lidar.scan(env) if lidar is not None else None
-                sensed_s = time.perf_counter() - started
-                if observer is not None:
-                    observer(StepObservation(step, seen, ego, speed, others, seen_rear, points))
-                trace.observe(
-                    ego,
-                    others,
-                    metric_cfg.vehicle_length_m,
-                    footprint=ego_footprint(env),
-                    crashed_ids=reader.crashed_ids(env) if ego.crashed else frozenset(),
-                )
-                if done or step == setup.max_steps:
-                    trace.simulator_ms.append(sensed_s * 1e3)
-                    break
-                started = time.perf_counter()
-                engine_error = None
-                if engine is None:
-                    perception = perception_from_ground_truth(
-                        others, ego.lane_index, ego.lane_count, bins, max_range
-                    )
-                else:
-                    try:
-                        perception = engine_perception(engine, seen, ego.lane_index, ego.lane_count)
-                    except Exception as error:  # any engine failure: the car drives on
-                        perception, engine_error = None, _error_line(error)
-                perceived = time.perf_counter()
-                now_ns = step * period_ns
-                status = monitor.update(
-                    FrameHealth(
-                        timestamp_ns=now_ns,
-                        confidence=None if perception is None else perception.confidence,
-                        engine_error=engine_error,
-                        latency_ms=health.perception_latency_ms(step, (perceived - started) * 1e3),
-                        sensor_timestamp_ns=now_ns - health.sensor_age_ns(step),
-                    )
-                )
-                decision = planner.act_in_state(status.state, perception, speed, status.cause)
-                planned = time.perf_counter()
-                if shadow_planner is not None:
-                    try:
-                        shadow_seen = engine_perception(
-                            shadow_engine, seen, ego.lane_index, ego.lane_count
-                        )
-                    except Exception:  # a shadow engine that fails decides nothing: no match
-                        trace.shadow(False)
-                    else:
-                        shadow = shadow_planner.act(shadow_seen, speed)
-                        trace.shadow(shadow.name == decision.name)
-                if scripted is not None:
-                    scripted.before_step(step)
-                _, _, terminated, truncated, _ = env.step(decision.action)
-                stepped = time.perf_counter()
-                done = bool(terminated or truncated)  # record the final state, then stop
-                trace.decide(
-                    decision.name,
-                    decision.fallback,
-                    0.0 if perception is None else perception.confidence,
-                )
-                trace.degradation(step, status, engine_error is not None)
-                trace.simulator_ms.append((sensed_s + stepped - planned) * 1e3)
-                trace.perception_ms.append((perceived - started) * 1e3)
-                trace.planner_ms.append((planned - perceived) * 1e3)
-        finally:
-            env.close()
-    return trace.metrics(
-        engine=engine,
-        shadow_engine=shadow_engine,
-        dt_s=dt_s,
-        hard_brake_mps2=metric_cfg.hard_brake_mps2,
-        events=scripted.fired if scripted is not None else [],
-    )
+        ego = ego_state(env)
+        others = self.reader.read(env, image, rear, rear_camera)  # paints plates into both
+        speed = float(np.clip(ego.speed_mps, 0.0, self.max_speed))
+        weather, lighting = self.setup.weather, self.setup.lighting
+        seen = (
+            degrade(image, weather, lighting, self.rng, self.cfg, self.camera)
+            if image is not None
+            else None
+        )
+        seen_rear = (
+            degrade(rear, weather, lighting, self.rear_rng, self.cfg, rear_camera)
+            if rear is not None
+            else None
+        )
+        points = self.lidar.scan(env) if self.lidar is not None else None
+        sensed = _Sensed(seen, seen_rear, ego, speed, others, time.perf_counter() - started)
+        if self.observer is not None:
+            self.observer(StepObservation(step, seen, ego, speed, others, seen_rear, points))
+        self.trace.observe(
+            ego,
+            others,
+            self.metric_cfg.vehicle_length_m,
+            footprint=ego_footprint(env),
+            crashed_ids=self.reader.crashed_ids(env) if ego.crashed else frozenset(),
+        )
+        return sensed
+
+    def _decide_and_act(self, env: Any, step: int, sensed: _Sensed) -> bool:
+        """Perceive, update the degradation monitor, plan, shadow-plan and step the simulator;
+        whether the episode ended."""
+        started = time.perf_counter()
+        perception, engine_error = self._perceive(sensed)
+        perceived = time.perf_counter()
+        now_ns = step * self.period_ns
+        status = self.monitor.update(
+            FrameHealth(
+                timestamp_ns=now_ns,
+                confidence=None if perception is None else perception.confidence,
+                engine_error=engine_error,
+                latency_ms=self.health.perception_latency_ms(step, (perceived - started) * 1e3),
+                sensor_timestamp_ns=now_ns - self.health.sensor_age_ns(step),
+            )
+        )
+        decision = self.planner.act_in_state(status.state, perception, sensed.speed, status.cause)
+        planned = time.perf_counter()
+        self._shadow(sensed, decision.name)
+        if self.scripted is not None:
+            self.scripted.before_step(step)
+        _, _, terminated, truncated, _ = env.step(decision.action)
+        stepped = time.perf_counter()
+        confidence = 0.0 if perception is None else perception.confidence
+        self.trace.decide(decision.name, decision.fallback, confidence)
+        self.trace.degradation(step, status, engine_error is not None)
+        self.trace.simulator_ms.append((sensed.seconds + stepped - planned) * 1e3)
+        self.trace.perception_ms.append((perceived - started) * 1e3)
+        self.trace.planner_ms.append((planned - perceived) * 1e3)
+        return bool(terminated or truncated)  # the final state is recorded on the next step
+
+    def _perceive(self, sensed: _Sensed) -> tuple[Perception | None, str | None]:
+        """The step's perception and the engine's error line (an engine failure: the car
+        drives on without perception, the monitor decides what that means)."""
+        ego = sensed.ego
+        if self.engine is None:
+            truth = perception_from_ground_truth(
+                sensed.others, ego.lane_index, ego.lane_count, self.bins, self.max_range
+            )
+            return truth, None
+        try:
+            return engine_perception(self.engine, sensed.seen, ego.lane_index, ego.lane_count), None
+        except Exception as error:  # any engine failure: the car drives on
+            return None, _error_line(error)
+
+    def _shadow(self, sensed: _Sensed, driven: str) -> None:
+        """Shadow mode: the second engine's own plan, compared with the driven one."""
+        if self.shadow_planner is None or self.shadow_engine is None:
+            return
+        ego = sensed.ego
+        try:
+            seen = engine_perception(
+                self.shadow_engine, sensed.seen, ego.lane_index, ego.lane_count
+            )
+        except Exception:  # a shadow engine that fails decides nothing: no match
+            self.trace.shadow(False)
+        else:
+            self.trace.shadow(self.shadow_planner.act(seen, sensed.speed).name == driven)
 
 
 @dataclass

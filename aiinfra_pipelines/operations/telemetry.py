@@ -8,38 +8,7 @@ branches); ``fleet_telemetry`` validates them, quarantines bad ones with every r
 the VIN with the keyed pseudonym and publishes the rest to ``main``, where rollout compares the
 candidate cohort with the control cohort and the drift monitor reads confidences.
 
-Landed record (JSON object or Parquet row)::
-
-    record_id            str   unique per vehicle and window (may contain the VIN: it is
-                               replaced by a keyed hash before publishing)
-    vin                  str   ISO 3779, 17 characters
-    vehicle_model        str
-    software_version     str   what the car reports it runs (model version or planner id)
-    engine_sha256        str   SHA-256 of the perception engine it ran ("" = none: ground truth)
-    cohort               str   the OTA assignment it reports (operations.yaml ``cohorts``)
-    recorded_at          str   ISO-8601 with UTC offset: start of the window
-    frames               int   frames perceived (one per planner decision)
-    latency_ms_p50/_p95/_p99  float  inference latency percentiles
-    confidence_histogram list[int]  per-frame confidence counts, operations.yaml bins on [0, 1]
-    fallback_frames      int   frames the planner spent in low-confidence fallback
-    fallback_events      int   times it entered fallback
-    near_misses, collisions, hard_brakes   int
-    shadow_engine_sha256 str   optional: the engine run in shadow mode ("" = none)
-    shadow_frames        int   optional: frames it perceived and planned on without acting
-    shadow_agreements    int   optional: of those, frames whose shadow plan matched the driven one
-    degraded_frames      int   optional: frames the degradation state machine spent in degraded
-    minimal_risk_frames  int   optional: ... and in minimal_risk
-    engine_errors        int   optional: frames on which the engine raised
-    degradation_transitions  list  optional: every state transition, each {offset_s (seconds
-                               after recorded_at), from_state, to_state, cause, detail}
-
-    outbox_*             optional: the car's outbox at send time (operations.outbox_telemetry):
-                               backlog logs/bytes, held logs, evictions, pulls served and
-                               unservable, bytes sent by priority class ({class: bytes})
-
-Published rows drop ``vin`` and gain ``vehicle_pseudonym``, ``batch_id``, ``source_commit`` and
-``source_key``; ``record_id`` is replaced by its keyed hash; ``degradation_transitions`` and
-``outbox_bytes_sent_by_class`` are published as JSON text (one Parquet column of any length).
+The record's fields and their published form: :mod:`.telemetry_schema`.
 """
 
 from __future__ import annotations
@@ -48,78 +17,27 @@ import hashlib
 import hmac
 import io
 import json
-import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from aiinfra_pipelines.config import load_resource_yaml
-from aiinfra_pipelines.fleet.vehicles import is_valid_vin
 from aiinfra_pipelines.logs.anonymize import pseudonymize_vin
-from aiinfra_pipelines.vehicle.degradation import ALLOWED_TRANSITIONS, TRANSITION_CAUSES
 
-from .outbox_telemetry import OUTBOX_DEFAULTS, outbox_fields, outbox_problems, published_outbox
-
-COUNT_FIELDS = ("fallback_frames", "fallback_events", "near_misses", "collisions", "hard_brakes")
-LATENCY_FIELDS = ("latency_ms_p50", "latency_ms_p95", "latency_ms_p99")
-TEXT_FIELDS = ("record_id", "vin", "vehicle_model", "software_version", "cohort", "recorded_at")
-RECORD_FIELDS = (
-    *TEXT_FIELDS,
-    "engine_sha256",
-    "frames",
-    *LATENCY_FIELDS,
-    "confidence_histogram",
-    *COUNT_FIELDS,
+from .outbox_telemetry import outbox_fields, published_outbox
+from .telemetry_checks import check_record
+from .telemetry_schema import (
+    DEGRADATION_DEFAULTS,
+    LATENCY_FIELDS,
+    PUBLISHED_COLUMNS,
+    QUARANTINE_COLUMNS,
+    RECORD_FIELDS,
+    SHADOW_DEFAULTS,
+    TRANSITION_FIELDS,
 )
-# Optional fields (older agents do not send them) with the value a missing one means.
-SHADOW_DEFAULTS: dict[str, Any] = {  # release.shadow.shadow_agreement summarizes them
-    "shadow_engine_sha256": "",
-    "shadow_frames": 0,
-    "shadow_agreements": 0,
-}
-# The degradation state machine's figures (vehicle.degradation); optional like shadow's.
-DEGRADATION_DEFAULTS: dict[str, Any] = {
-    "degraded_frames": 0,
-    "minimal_risk_frames": 0,
-    "engine_errors": 0,
-    "degradation_transitions": [],
-}
-TRANSITION_FIELDS = ("offset_s", "from_state", "to_state", "cause", "detail")
-DEGRADATION_COUNTS = ("degraded_frames", "minimal_risk_frames", "engine_errors")
-PUBLISHED_COLUMNS = (
-    "record_id",
-    "vehicle_pseudonym",
-    "vehicle_model",
-    "software_version",
-    "engine_sha256",
-    "cohort",
-    "recorded_at",
-    "frames",
-    *LATENCY_FIELDS,
-    "confidence_histogram",
-    *COUNT_FIELDS,
-    *SHADOW_DEFAULTS,
-    *DEGRADATION_DEFAULTS,
-    *OUTBOX_DEFAULTS,
-    "batch_id",
-    "source_commit",
-    "source_key",
-)
-QUARANTINE_COLUMNS = (
-    "batch_id",
-    "source_commit",
-    "source_key",
-    "record_index",
-    "vehicle_pseudonym",
-    "reason_codes",
-    "reasons",
-)
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -347,153 +265,6 @@ def _plain(row: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[name] = value
     return out
-
-
-# -------------------------------------------------------------------------------- validation
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float | np.number) and not isinstance(value, bool)
-
-
-def check_record(record: Any, settings: TelemetrySettings) -> list[tuple[str, str]]:
-    """Every problem of one landed record as ``(code, message)``; empty when it is valid."""
-    if not isinstance(record, Mapping):
-        return [("not_a_record", f"expected an object, got {type(record).__name__}")]
-    problems: list[tuple[str, str]] = []
-    missing = [name for name in RECORD_FIELDS if name not in record]
-    if missing:
-        problems.append(("missing_field", f"missing field(s): {', '.join(missing)}"))
-    for name in TEXT_FIELDS:
-        if name in record and (not isinstance(record[name], str) or not record[name].strip()):
-            problems.append(("invalid_field", f"{name} must be a non-empty string"))
-    vin = record.get("vin")
-    if isinstance(vin, str) and vin.strip() and not is_valid_vin(vin.strip().upper()):
-        problems.append(("invalid_vin", "vin is not a valid ISO 3779 VIN"))
-    engine = record.get("engine_sha256")
-    if "engine_sha256" in record and not (
-        isinstance(engine, str) and (engine == "" or _SHA256.match(engine))
-    ):
-        problems.append(("invalid_engine_sha256", "engine_sha256 must be 64 lowercase hex or ''"))
-    cohort = record.get("cohort")
-    if isinstance(cohort, str) and cohort.strip() and cohort not in settings.cohorts:
-        problems.append(("invalid_cohort", f"cohort {cohort!r} not in {list(settings.cohorts)}"))
-    recorded_at = record.get("recorded_at")
-    if isinstance(recorded_at, str) and recorded_at.strip():
-        try:
-            if datetime.fromisoformat(recorded_at).tzinfo is None:
-                problems.append(("invalid_recorded_at", "recorded_at has no UTC offset"))
-        except ValueError:
-            problems.append(("invalid_recorded_at", f"recorded_at {recorded_at!r} is not ISO-8601"))
-    frames = record.get("frames")
-    if "frames" in record and (not _is_int(frames) or not 0 < frames <= settings.max_frames):
-        problems.append(
-            ("invalid_frames", f"frames must be an integer in 1..{settings.max_frames}")
-        )
-        frames = None
-    for name in COUNT_FIELDS:
-        if name in record and (not _is_int(record[name]) or record[name] < 0):
-            problems.append(("invalid_count", f"{name} must be a non-negative integer"))
-    if frames is not None and _is_int(record.get("fallback_frames")):
-        if record["fallback_frames"] > frames:
-            problems.append(("inconsistent_counts", "fallback_frames exceeds frames"))
-        if _is_int(record.get("fallback_events")) and (
-            record["fallback_events"] > record["fallback_frames"]
-        ):
-            problems.append(("inconsistent_counts", "fallback_events exceeds fallback_frames"))
-    latencies = [record.get(name) for name in LATENCY_FIELDS]
-    if all(name in record for name in LATENCY_FIELDS):
-        if not all(_is_number(v) and math.isfinite(v) for v in latencies):
-            problems.append(("invalid_latency", "latency percentiles must be finite numbers"))
-        elif not 0.0 <= latencies[0] <= latencies[1] <= latencies[2] <= settings.max_latency_ms:
-            problems.append(
-                (
-                    "invalid_latency",
-                    f"latencies must satisfy 0 <= p50 <= p95 <= p99 <= "
-                    f"{settings.max_latency_ms:g} ms, got {latencies}",
-                )
-            )
-    problems += _shadow_problems(record)
-    problems += _degradation_problems(record, frames)
-    problems += outbox_problems(record)
-    histogram = record.get("confidence_histogram")
-    if "confidence_histogram" in record:
-        if (
-            not isinstance(histogram, list | tuple)
-            or len(histogram) != settings.confidence_bins
-            or not all(_is_int(c) and c >= 0 for c in histogram)
-        ):
-            problems.append(
-                (
-                    "invalid_histogram",
-                    f"confidence_histogram must be {settings.confidence_bins} non-negative "
-                    "integers",
-                )
-            )
-        elif frames is not None and sum(histogram) != frames:
-            problems.append(
-                ("invalid_histogram", f"confidence_histogram counts {sum(histogram)} != frames")
-            )
-    return problems
-
-
-def _shadow_problems(record: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The optional shadow-mode fields, when present, are consistent."""
-    problems: list[tuple[str, str]] = []
-    shadow = record.get("shadow_engine_sha256", "")
-    if not (isinstance(shadow, str) and (shadow == "" or _SHA256.match(shadow))):
-        problems.append(
-            ("invalid_engine_sha256", "shadow_engine_sha256 must be 64 lowercase hex or ''")
-        )
-    frames, agreements = record.get("shadow_frames", 0), record.get("shadow_agreements", 0)
-    if not (_is_int(frames) and _is_int(agreements) and 0 <= agreements <= frames):
-        problems.append(
-            ("invalid_count", "shadow_agreements must be an integer in 0..shadow_frames")
-        )
-    elif frames and not shadow:
-        problems.append(("inconsistent_counts", "shadow_frames without shadow_engine_sha256"))
-    return problems
-
-
-def _degradation_problems(record: Mapping[str, Any], frames: Any) -> list[tuple[str, str]]:
-    """The optional degradation fields, when present: counts within the frames, transitions
-    the state machine can make, for causes it knows."""
-    problems: list[tuple[str, str]] = []
-    counts = {name: record.get(name, 0) for name in DEGRADATION_COUNTS}
-    for name, value in counts.items():
-        if not _is_int(value) or value < 0:
-            problems.append(("invalid_count", f"{name} must be a non-negative integer"))
-    if frames is not None and all(_is_int(v) for v in counts.values()):
-        outside = counts["degraded_frames"] + counts["minimal_risk_frames"]
-        if max(outside, counts["engine_errors"]) > frames:
-            problems.append(("inconsistent_counts", "degradation frames exceed frames"))
-    transitions = record.get("degradation_transitions", [])
-    if not isinstance(transitions, list | tuple):
-        return [*problems, ("invalid_transition", "degradation_transitions must be a list")]
-    for index, transition in enumerate(transitions):
-        problem = _transition_problem(transition)
-        if problem:
-            problems.append(("invalid_transition", f"degradation_transitions[{index}]: {problem}"))
-    return problems
-
-
-def _transition_problem(transition: Any) -> str:
-    """Why one reported transition is not one the state machine can make ("" if it is)."""
-    if not isinstance(transition, Mapping) or set(transition) != set(TRANSITION_FIELDS):
-        return f"must have exactly the fields {list(TRANSITION_FIELDS)}"
-    names = ("from_state", "to_state", "cause", "detail")
-    if not all(isinstance(transition[name], str) for name in names):
-        return f"{', '.join(names)} must be strings"
-    if (transition["from_state"], transition["to_state"]) not in ALLOWED_TRANSITIONS:
-        return f"no transition {transition['from_state']!r} -> {transition['to_state']!r}"
-    if transition["cause"] not in TRANSITION_CAUSES:
-        return f"unknown cause {transition['cause']!r}"
-    offset = transition["offset_s"]
-    if not (_is_number(offset) and math.isfinite(offset) and offset >= 0):
-        return "offset_s must be a finite number >= 0"
-    return ""
 
 
 @dataclass(frozen=True)
