@@ -20,7 +20,7 @@ import os
 import struct
 import zlib
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -132,32 +132,50 @@ def _translate_errors() -> Iterator[None]:
         yield
     except DriveLogError:
         raise
-    except CRCValidationError as exc:
-        raise DriveLogError(errors.CRC_MISMATCH, str(exc)) from exc
-    except zstandard.ZstdError as exc:
-        # A flipped byte in a compressed chunk usually breaks decompression before the CRC of
-        # the decompressed bytes can be compared; it is the same fault, so the same code.
-        raise DriveLogError(
-            errors.CRC_MISMATCH, f"chunk payload is corrupted (zstd: {exc})"
-        ) from exc
-    except InvalidMagic as exc:
-        raise DriveLogError(errors.NOT_MCAP, str(exc)) from exc
-    except (EndOfFile, struct.error) as exc:
-        raise DriveLogError(
-            errors.CORRUPT, "a record extends past the end of the file (corrupt length field)"
-        ) from exc
-    except RecordLengthLimitExceeded as exc:
-        raise DriveLogError(errors.CORRUPT, str(exc)) from exc
-    except UnicodeDecodeError as exc:
-        raise DriveLogError(errors.CORRUPT, f"record text is not UTF-8: {exc}") from exc
-    except RuntimeError as exc:
-        if "LZ4" in str(exc).upper():
-            raise DriveLogError(errors.CRC_MISMATCH, f"chunk payload is corrupted ({exc})") from exc
-        raise DriveLogError(errors.UNREADABLE, f"{type(exc).__name__}: {exc}") from exc
-    except (McapError, ValueError, KeyError, IndexError) as exc:
-        raise DriveLogError(errors.CORRUPT, f"{type(exc).__name__}: {exc}") from exc
     except Exception as exc:
-        raise DriveLogError(errors.UNREADABLE, f"{type(exc).__name__}: {exc}") from exc
+        code, message = _reason_for(exc)
+        raise DriveLogError(code, message) from exc
+
+
+def _lz4_or_unreadable(exc: BaseException) -> tuple[str, str]:
+    if "LZ4" in str(exc).upper():
+        return errors.CRC_MISMATCH, f"chunk payload is corrupted ({exc})"
+    return errors.UNREADABLE, f"{type(exc).__name__}: {exc}"
+
+
+# The first entry whose classes match decides, so subclasses stand before their bases.
+_REASONS: tuple[tuple[type | tuple[type, ...], Callable[[BaseException], tuple[str, str]]], ...] = (
+    (CRCValidationError, lambda exc: (errors.CRC_MISMATCH, str(exc))),
+    # A flipped byte in a compressed chunk usually breaks decompression before the CRC of the
+    # decompressed bytes can be compared; it is the same fault, so the same code.
+    (
+        zstandard.ZstdError,
+        lambda exc: (errors.CRC_MISMATCH, f"chunk payload is corrupted (zstd: {exc})"),
+    ),
+    (InvalidMagic, lambda exc: (errors.NOT_MCAP, str(exc))),
+    (
+        (EndOfFile, struct.error),
+        lambda _: (
+            errors.CORRUPT,
+            "a record extends past the end of the file (corrupt length field)",
+        ),
+    ),
+    (RecordLengthLimitExceeded, lambda exc: (errors.CORRUPT, str(exc))),
+    (UnicodeDecodeError, lambda exc: (errors.CORRUPT, f"record text is not UTF-8: {exc}")),
+    (RuntimeError, _lz4_or_unreadable),
+    (
+        (McapError, ValueError, KeyError, IndexError),
+        lambda exc: (errors.CORRUPT, f"{type(exc).__name__}: {exc}"),
+    ),
+)
+
+
+def _reason_for(exc: BaseException) -> tuple[str, str]:
+    """The reason code and message of a reader failure (UNREADABLE for anything unforeseen)."""
+    for classes, reason in _REASONS:
+        if isinstance(exc, classes):
+            return reason(exc)
+    return errors.UNREADABLE, f"{type(exc).__name__}: {exc}"
 
 
 # --------------------------------------------------------------------------- envelope

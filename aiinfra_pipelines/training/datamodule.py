@@ -63,6 +63,14 @@ def validate_frames(frames: pd.DataFrame, spec: PerceptionSpec, name: str = "fra
     drops a vehicle whose position is NaN (NaN compares false with every bin edge): the frame
     would train as "lane free" — a wrong label, not an error — unless it is caught here.
     """
+    _check_table(frames, name)
+    _check_numeric_columns(frames, name)
+    _check_image_sizes(frames, spec, name)
+    _check_image_payloads(frames, spec, name)
+    _check_ground_truth(frames, name)
+
+
+def _check_table(frames: pd.DataFrame, name: str) -> None:
     if not isinstance(frames, pd.DataFrame):
         raise ValueError(f"{name}: expected a pandas DataFrame, got {type(frames).__name__}")
     if len(frames) == 0:
@@ -71,6 +79,8 @@ def validate_frames(frames: pd.DataFrame, spec: PerceptionSpec, name: str = "fra
     if missing:
         raise ValueError(f"{name}: missing required columns {missing}")
 
+
+def _check_numeric_columns(frames: pd.DataFrame, name: str) -> None:
     for column in ("image_height", "image_width", "lane_index", "lane_count"):
         values = pd.to_numeric(frames[column], errors="coerce").to_numpy(dtype=np.float64)
         bad = ~np.isfinite(values)
@@ -80,6 +90,8 @@ def validate_frames(frames: pd.DataFrame, spec: PerceptionSpec, name: str = "fra
                 f"({_where(frames, bad)})"
             )
 
+
+def _check_image_sizes(frames: pd.DataFrame, spec: PerceptionSpec, name: str) -> None:
     heights = frames["image_height"].to_numpy(dtype=np.int64)
     widths = frames["image_width"].to_numpy(dtype=np.int64)
     wrong_size = (heights != spec.image_height) | (widths != spec.image_width)
@@ -92,6 +104,8 @@ def validate_frames(frames: pd.DataFrame, spec: PerceptionSpec, name: str = "fra
             f"{int(wrong_size.sum())} frames differ ({_where(frames, wrong_size)})"
         )
 
+
+def _check_image_payloads(frames: pd.DataFrame, spec: PerceptionSpec, name: str) -> None:
     expected_bytes = spec.image_height * spec.image_width * 3
     lengths = np.array(
         [
@@ -106,22 +120,27 @@ def validate_frames(frames: pd.DataFrame, spec: PerceptionSpec, name: str = "fra
             f"rgb8 {spec.image_height}x{spec.image_width} ({_where(frames, truncated)})"
         )
 
-    bad_truth = np.zeros(len(frames), dtype=bool)
-    reasons: list[str] = []
-    for i, payload in enumerate(frames["ground_truth"]):
-        try:
-            vehicles = json.loads(payload)
-            for vehicle in vehicles:
-                for field in _GROUND_TRUTH_FIELDS:
-                    if not math.isfinite(float(vehicle[field])):
-                        raise ValueError(f"{field}={vehicle[field]}")
-        except (TypeError, KeyError, ValueError) as error:
-            bad_truth[i] = True
-            reasons.append(str(error))
+
+def _ground_truth_problem(payload: Any) -> str:
+    """Why one frame's ground truth cannot be labelled ("" when it can)."""
+    try:
+        for vehicle in json.loads(payload):
+            for field in _GROUND_TRUTH_FIELDS:
+                if not math.isfinite(float(vehicle[field])):
+                    return f"{field}={vehicle[field]}"
+    except (TypeError, KeyError, ValueError) as error:
+        return str(error)
+    return ""
+
+
+def _check_ground_truth(frames: pd.DataFrame, name: str) -> None:
+    problems = [_ground_truth_problem(payload) for payload in frames["ground_truth"]]
+    bad_truth = np.array([bool(problem) for problem in problems], dtype=bool)
     if bad_truth.any():
+        first = next(problem for problem in problems if problem)
         raise ValueError(
             f"{name}: NaN/invalid ground truth in {int(bad_truth.sum())} frames, labels cannot "
-            f"be derived ({_where(frames, bad_truth)}; first problem: {reasons[0]})"
+            f"be derived ({_where(frames, bad_truth)}; first problem: {first})"
         )
 
 
