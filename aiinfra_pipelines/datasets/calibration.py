@@ -128,58 +128,77 @@ def select_calibration_set(
         raise CalibrationCoverageError(
             "slices", f"{len(queues)} slices cannot each get a frame in a {n}-frame sample"
         )
-    values = {dimension: frames[dimension].astype(str).to_numpy() for dimension, _ in quotas}
-    taken: list[int] = []
-    counts = dict.fromkeys(quotas, 0)
-
-    def take(slice_: str) -> None:
-        row = queues[slice_].pop(0)
-        taken.append(row)
-        for dimension, value in counts:
-            if values[dimension][row] == value:
-                counts[(dimension, value)] += 1
-
+    picker = _QuotaPicker(frames, queues, quotas)
     for slice_ in queues:  # step 2: every slice once
-        take(slice_)
-
+        picker.take(slice_)
     # Step 3: quotas. Ties go to a seeded slice order, so no slice is favoured by its name.
     rank = dict(zip(queues, seeded_rng(seed, "calibration").permutation(len(queues)), strict=True))
-    while len(taken) < n:
+    while len(picker.taken) < n and (slice_ := picker.most_needed(rank)) is not None:
+        picker.take(slice_)
+    picker.raise_on_shortfall()
+
+    taken = np.asarray(picker.taken, dtype=int)
+    remaining = np.setdiff1d(np.arange(len(frames)), taken)
+    rng = seeded_rng(seed, "calibration:fill")
+    fill = rng.choice(remaining, size=n - len(taken), replace=False) if n > len(taken) else []
+    chosen = np.sort(np.concatenate([taken, np.asarray(fill, dtype=int)]))
+    return frames.iloc[chosen].reset_index(drop=True)
+
+
+class _QuotaPicker:
+    """Takes frames from the per-slice queues while counting them against the quotas."""
+
+    def __init__(
+        self,
+        frames: pd.DataFrame,
+        queues: dict[str, list[int]],
+        quotas: Mapping[tuple[str, str], int],
+    ) -> None:
+        self.queues, self.quotas = queues, quotas
+        self.values = {dim: frames[dim].astype(str).to_numpy() for dim, _ in quotas}
+        self.taken: list[int] = []
+        self.counts = dict.fromkeys(quotas, 0)
+
+    def take(self, slice_: str) -> None:
+        row = self.queues[slice_].pop(0)
+        self.taken.append(row)
+        for dimension, value in self.counts:
+            if self.values[dimension][row] == value:
+                self.counts[(dimension, value)] += 1
+
+    def most_needed(self, rank: Mapping[str, int]) -> str | None:
+        """The slice whose next frame closes most of the quotas' relative shortfall (None when
+        no queued frame helps any quota)."""
         shortfall = {
-            key: (quotas[key] - counts[key]) / quotas[key]
-            for key in quotas
-            if counts[key] < quotas[key]
+            key: (quota - self.counts[key]) / quota
+            for key, quota in self.quotas.items()
+            if self.counts[key] < quota
         }
         scored = [
             (
                 sum(
-                    gap for (dim, value), gap in shortfall.items() if values[dim][queue[0]] == value
+                    gap
+                    for (dim, value), gap in shortfall.items()
+                    if self.values[dim][queue[0]] == value
                 ),
                 -rank[slice_],
                 slice_,
             )
-            for slice_, queue in queues.items()
+            for slice_, queue in self.queues.items()
             if queue
         ]
         scored = [entry for entry in scored if entry[0] > 0]
-        if not scored:
-            break
-        take(max(scored)[2])
+        return max(scored)[2] if scored else None
 
-    missing = [key for key in quotas if counts[key] < quotas[key]]
-    if missing:
-        dimension, value = missing[0]
-        raise CalibrationCoverageError(
-            f"{dimension}={value}",
-            f"reached {counts[missing[0]]} of the required {quotas[missing[0]]} frames; the "
-            "source's condition combinations cannot satisfy every share at once",
-        )
-
-    remaining = np.setdiff1d(np.arange(len(frames)), np.asarray(taken, dtype=int))
-    rng = seeded_rng(seed, "calibration:fill")
-    fill = rng.choice(remaining, size=n - len(taken), replace=False) if n > len(taken) else []
-    chosen = np.sort(np.concatenate([np.asarray(taken, dtype=int), np.asarray(fill, dtype=int)]))
-    return frames.iloc[chosen].reset_index(drop=True)
+    def raise_on_shortfall(self) -> None:
+        missing = [key for key in self.quotas if self.counts[key] < self.quotas[key]]
+        if missing:
+            dimension, value = missing[0]
+            raise CalibrationCoverageError(
+                f"{dimension}={value}",
+                f"reached {self.counts[missing[0]]} of the required {self.quotas[missing[0]]} "
+                "frames; the source's condition combinations cannot satisfy every share at once",
+            )
 
 
 def coverage_report(
