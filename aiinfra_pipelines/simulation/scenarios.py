@@ -222,25 +222,7 @@ def parse_family(
     config: dict[str, Any] | None = None,
     fleet: FleetConfig | None = None,
 ) -> list[Scenario]:
-    if not isinstance(raw, Mapping):
-        raise ScenarioError(f"{where}: expected a mapping at the top level")
-    unknown = set(raw) - FILE_KEYS
-    if unknown:
-        raise ScenarioError(
-            f"{where}: unknown top-level key(s) {sorted(unknown)}; allowed: {sorted(FILE_KEYS)}"
-        )
-    family = str(raw.get("family", default_family))
-    if not _NAME_RE.match(family):
-        raise ScenarioError(f"{where}: family {family!r} must match {_NAME_RE.pattern}")
-    base = raw.get("scenario")
-    if not isinstance(base, Mapping):
-        raise ScenarioError(f"{where}: `scenario:` must be a mapping of scenario fields")
-    matrix = raw.get("matrix") or {}
-    if not isinstance(matrix, Mapping):
-        raise ScenarioError(f"{where}: `matrix:` must map a field to a list of values")
-    for key, values in matrix.items():
-        if not isinstance(values, list) or not values:
-            raise ScenarioError(f"{where}: matrix.{key} must be a non-empty list")
+    family, base, matrix = _family_parts(raw, where, default_family)
     combos = list(itertools.product(*matrix.values())) if matrix else [()]
     scenarios = []
     for combo in combos:
@@ -264,6 +246,32 @@ def parse_family(
     if len(set(ids)) != len(ids):
         raise ScenarioError(f"{where}: matrix values give duplicate scenario ids {ids}")
     return scenarios
+
+
+def _family_parts(
+    raw: Any, where: str, default_family: str
+) -> tuple[str, Mapping[str, Any], Mapping[str, list[Any]]]:
+    """A family file's name, base scenario and matrix, each checked for its shape."""
+    if not isinstance(raw, Mapping):
+        raise ScenarioError(f"{where}: expected a mapping at the top level")
+    unknown = set(raw) - FILE_KEYS
+    if unknown:
+        raise ScenarioError(
+            f"{where}: unknown top-level key(s) {sorted(unknown)}; allowed: {sorted(FILE_KEYS)}"
+        )
+    family = str(raw.get("family", default_family))
+    if not _NAME_RE.match(family):
+        raise ScenarioError(f"{where}: family {family!r} must match {_NAME_RE.pattern}")
+    base = raw.get("scenario")
+    if not isinstance(base, Mapping):
+        raise ScenarioError(f"{where}: `scenario:` must be a mapping of scenario fields")
+    matrix = raw.get("matrix") or {}
+    if not isinstance(matrix, Mapping):
+        raise ScenarioError(f"{where}: `matrix:` must map a field to a list of values")
+    for key, values in matrix.items():
+        if not isinstance(values, list) or not values:
+            raise ScenarioError(f"{where}: matrix.{key} must be a non-empty list")
+    return family, base, matrix
 
 
 def build_scenario(
