@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -160,28 +161,11 @@ def freeze_benchmark(
                       "reason": ..., "added": {slice: [logs]}, "removed": {slice: [logs]}}]}
     """
     params = _selection_params(existing_manifest, fraction, seed, min_logs_per_slice)
-    add = sorted({str(log) for log in add_logs})
-    remove = sorted({str(log) for log in remove_logs})
-    if (add or remove) and not (reason and reason.strip()):
-        raise BenchmarkChangeError(
-            "changing benchmark membership is an explicit act: pass a non-empty reason "
-            f"(add={add}, remove={remove})"
-        )
+    add, remove = _membership_change(add_logs, remove_logs, reason)
     excluded = {str(log) for log in exclude_logs}
     seen = logs_by_slice(new_frames)
-
-    if existing_manifest is None:
-        slices: dict[str, list[str]] = {}
-        changes: list[dict[str, Any]] = []
-        retired: set[str] = set()
-        previously_uncovered: set[str] = set()
-        number = 0
-    else:
-        slices = {s: sorted(map(str, logs)) for s, logs in existing_manifest["slices"].items()}
-        changes = copy.deepcopy(list(existing_manifest.get("changes", [])))
-        retired = {str(log) for log in existing_manifest.get("retired_logs", [])}
-        previously_uncovered = set(existing_manifest.get("uncovered_slices", []))
-        number = _version_number(str(existing_manifest["version"]))
+    history = _History.of(existing_manifest)
+    slices, retired = history.slices, history.retired
     pending: list[dict[str, Any]] = []
 
     # Automatic part: first logs for slices without any (every slice, on creation). Logs already
@@ -207,6 +191,7 @@ def freeze_benchmark(
         pending.append(_explicit_change(slices, new_frames, add, remove, excluded, str(reason)))
         retired = (retired | set(remove)) - set(add)
 
+    number, changes = history.number, history.changes
     for change in pending:
         number += 1
         changes.append({"version": _version(number), **change})
@@ -217,10 +202,47 @@ def freeze_benchmark(
         "selection": params,
         "slices": slices,
         "logs": sum(len(logs) for logs in slices.values()),
-        "uncovered_slices": sorted((set(seen) | previously_uncovered) - set(slices)),
+        "uncovered_slices": sorted((set(seen) | history.uncovered) - set(slices)),
         "retired_logs": sorted(retired),
         "changes": changes,
     }
+
+
+def _membership_change(
+    add_logs: Iterable[str], remove_logs: Iterable[str], reason: str | None
+) -> tuple[list[str], list[str]]:
+    """The logs to add and remove, refused without a reason: membership changes are explicit."""
+    add = sorted({str(log) for log in add_logs})
+    remove = sorted({str(log) for log in remove_logs})
+    if (add or remove) and not (reason and reason.strip()):
+        raise BenchmarkChangeError(
+            "changing benchmark membership is an explicit act: pass a non-empty reason "
+            f"(add={add}, remove={remove})"
+        )
+    return add, remove
+
+
+@dataclass
+class _History:
+    """What a new version inherits from the manifest before it (nothing, on creation)."""
+
+    slices: dict[str, list[str]] = field(default_factory=dict)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    retired: set[str] = field(default_factory=set)
+    uncovered: set[str] = field(default_factory=set)
+    number: int = 0
+
+    @classmethod
+    def of(cls, manifest: Mapping[str, Any] | None) -> _History:
+        if manifest is None:
+            return cls()
+        return cls(
+            slices={s: sorted(map(str, logs)) for s, logs in manifest["slices"].items()},
+            changes=copy.deepcopy(list(manifest.get("changes", []))),
+            retired={str(log) for log in manifest.get("retired_logs", [])},
+            uncovered=set(manifest.get("uncovered_slices", [])),
+            number=_version_number(str(manifest["version"])),
+        )
 
 
 def _explicit_change(
