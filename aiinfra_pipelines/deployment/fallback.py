@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from aiinfra_pipelines.perception.contract import PerceptionSpec
 from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine, Predictions
 
@@ -134,26 +136,9 @@ def mixed_precision_int8(
         ranking = rank_sensitivity(
             workspace, candidates, inputs, settings.sensitivity_metric, groups
         )
-        steps: list[FallbackStep] = []
-        fp32_nodes: list[str] = []
-        while True:
-            int8 = workspace.quantize(exclude=fp32_nodes)
-            table = slice_metrics(calibration, _predict(int8, calibration, spec), reference, spec)
-            comparison = compare_with_fp32("int8", table, fp32_table, budget_section)
-            steps.append(
-                FallbackStep(
-                    step=len(steps),
-                    fp32_nodes=list(fp32_nodes),
-                    passed=comparison.passed,
-                    failures=comparison.failures,
-                    drops=comparison.gated_drops(),
-                    worst=comparison.worst(),
-                )
-            )
-            remaining = [entry.node for entry in ranking if entry.node not in fp32_nodes]
-            if comparison.passed or not remaining or len(fp32_nodes) >= max_fp32:
-                break
-            fp32_nodes.append(remaining[0])
+        search = _FallbackSearch(calibration, reference, fp32_table, budget_section, spec)
+        int8, comparison = search.run(workspace, [entry.node for entry in ranking], max_fp32)
+    steps, fp32_nodes, remaining = search.steps, search.fp32_nodes, search.remaining
     plan = MixedPrecisionPlan(
         candidates=[node.name for node in candidates],
         sensitivity=ranking,
@@ -165,22 +150,82 @@ def mixed_precision_int8(
         passed=comparison.passed,
     )
     if not comparison.passed:
-        if not remaining:
-            why = "with every candidate node back in FP32"
-        elif not fp32_nodes:
-            why = f"and no node may fall back (deployment.quantization.max_fp32_nodes = {max_fp32})"
-        else:
-            why = (
-                f"with the {len(fp32_nodes)} most sensitive node(s) in FP32 "
-                f"(deployment.quantization.max_fp32_nodes = {max_fp32})"
-            )
-        shown = "; ".join(comparison.failures[:5])
-        more = f" (+{len(comparison.failures) - 5} more)" if len(comparison.failures) > 5 else ""
         raise QuantizationBudgetError(
-            f"INT8 engine still breaches the per-slice budget on {len(calibration)} calibration "
-            f"frames {why}; no fallback can fix it: {shown}{more}",
+            _budget_breach(comparison.failures, len(calibration), fp32_nodes, remaining, max_fp32),
             plan,
         )
     return MixedPrecisionEngine(
         int8_onnx=int8, sha256=sha256_hex(int8), plan=plan, comparison=comparison
+    )
+
+
+class _FallbackSearch:
+    """Quantize, compare every slice with FP32, and put the most sensitive node still in INT8
+    back to FP32, until the budget holds, no node is left or ``max_fp32_nodes`` is reached."""
+
+    def __init__(
+        self,
+        calibration: LabelledFrames,
+        reference: Predictions,
+        fp32_table: pd.DataFrame,
+        budget_section: Mapping[str, Any],
+        spec: PerceptionSpec,
+    ) -> None:
+        self.calibration, self.reference, self.fp32_table = calibration, reference, fp32_table
+        self.budget_section, self.spec = budget_section, spec
+        self.steps: list[FallbackStep] = []
+        self.fp32_nodes: list[str] = []
+        self.remaining: list[str] = []
+
+    def run(
+        self, workspace: QuantizationWorkspace, ranked_nodes: list[str], max_fp32: int
+    ) -> tuple[bytes, EngineComparison]:
+        """The last INT8 engine tried and its comparison with FP32."""
+        while True:
+            int8 = workspace.quantize(exclude=self.fp32_nodes)
+            comparison = self._compare(int8)
+            self.remaining = [node for node in ranked_nodes if node not in self.fp32_nodes]
+            if comparison.passed or not self.remaining or len(self.fp32_nodes) >= max_fp32:
+                return int8, comparison
+            self.fp32_nodes.append(self.remaining[0])
+
+    def _compare(self, int8: bytes) -> EngineComparison:
+        predictions = _predict(int8, self.calibration, self.spec)
+        table = slice_metrics(self.calibration, predictions, self.reference, self.spec)
+        comparison = compare_with_fp32("int8", table, self.fp32_table, self.budget_section)
+        self.steps.append(
+            FallbackStep(
+                step=len(self.steps),
+                fp32_nodes=list(self.fp32_nodes),
+                passed=comparison.passed,
+                failures=comparison.failures,
+                drops=comparison.gated_drops(),
+                worst=comparison.worst(),
+            )
+        )
+        return comparison
+
+
+def _budget_breach(
+    failures: list[str],
+    calibration_frames: int,
+    fp32_nodes: list[str],
+    remaining: list[str],
+    max_fp32: int,
+) -> str:
+    """Why no fallback can fix the INT8 engine: what was tried, and the first breaches."""
+    if not remaining:
+        why = "with every candidate node back in FP32"
+    elif not fp32_nodes:
+        why = f"and no node may fall back (deployment.quantization.max_fp32_nodes = {max_fp32})"
+    else:
+        why = (
+            f"with the {len(fp32_nodes)} most sensitive node(s) in FP32 "
+            f"(deployment.quantization.max_fp32_nodes = {max_fp32})"
+        )
+    shown = "; ".join(failures[:5])
+    more = f" (+{len(failures) - 5} more)" if len(failures) > 5 else ""
+    return (
+        f"INT8 engine still breaches the per-slice budget on {calibration_frames} calibration "
+        f"frames {why}; no fallback can fix it: {shown}{more}"
     )
