@@ -41,7 +41,13 @@ from aiinfra_pipelines.fleet.triggers import (
     load_trigger_config,
     select_segments,
 )
-from aiinfra_pipelines.fleet.vehicles import Vehicle, build_fleet, city_by_name, local_to_gps
+from aiinfra_pipelines.fleet.vehicles import (
+    City,
+    Vehicle,
+    build_fleet,
+    city_by_name,
+    local_to_gps,
+)
 from aiinfra_pipelines.logs.model import METADATA_SCHEMA_VERSION, DriveLog, Frame
 from aiinfra_pipelines.parallel import PoolSettings, map_in_pool, worker_state
 from aiinfra_pipelines.vehicle.anonymizer import VehicleAnonymizer
@@ -269,39 +275,14 @@ def _record_episode(
     offset_east, offset_north = rng.uniform(-spread, spread, size=2)
     origin = city_by_name(conditions.city, cfg)
     start = _episode_start(seed, vehicle.index, episode_index, cfg)
-    start_ns = int(start.timestamp()) * NS_PER_S
-
-    frames: list[Frame] = []
-    crashed: list[bool] = []
-    edges: list[str] = []
-    previous_speed: list[float] = []
-
-    def record(observation: StepObservation) -> None:
-        ego, speed = observation.ego, observation.speed_mps
-        accel = 0.0 if not previous_speed else (speed - previous_speed[0]) / dt_s
-        previous_speed[:] = [speed]
-        east, north = offset_east + ego.east_m, offset_north + ego.north_m
-        latitude, longitude = local_to_gps(east, north, origin)
-        frames.append(
-            Frame(
-                timestamp_ns=start_ns + observation.step * period_ns,
-                image=observation.image,
-                latitude=latitude,
-                longitude=longitude,
-                x=float(east),
-                y=float(north),
-                heading=ego.heading_rad,
-                **_can_signals(speed, accel, ego.steering_rad, can),
-                lane_index=ego.lane_index,
-                lane_count=ego.lane_count,
-                others=observation.others,
-                rear_image=observation.rear_image,
-                lidar_points=observation.lidar_points,
-            )
-        )
-        crashed.append(ego.crashed)
-        edges.append(ego.road_edge)
-
+    record = _FrameRecorder(
+        start_ns=int(start.timestamp()) * NS_PER_S,
+        period_ns=period_ns,
+        dt_s=dt_s,
+        offset_m=(offset_east, offset_north),
+        origin=origin,
+        can=can,
+    )
     setup = EpisodeSetup(
         road_type=conditions.road_type,
         weather=conditions.weather,
@@ -319,7 +300,58 @@ def _record_episode(
         rig=rig,
         sensor_rng=sensor_rng,
     )
-    return _Recording(frames=frames, crashed=crashed, road_edges=edges, metrics=metrics)
+    return _Recording(
+        frames=record.frames, crashed=record.crashed, road_edges=record.edges, metrics=metrics
+    )
+
+
+class _FrameRecorder:
+    """The observer that turns each closed-loop step into a log frame: GPS from the episode's
+    origin and offset, CAN signals with acceleration from the previous step's speed."""
+
+    def __init__(
+        self,
+        *,
+        start_ns: int,
+        period_ns: int,
+        dt_s: float,
+        offset_m: tuple[float, float],
+        origin: City,
+        can: Mapping[str, Any],
+    ) -> None:
+        self.start_ns, self.period_ns, self.dt_s = start_ns, period_ns, dt_s
+        self.offset_m, self.origin, self.can = offset_m, origin, can
+        self.frames: list[Frame] = []
+        self.crashed: list[bool] = []
+        self.edges: list[str] = []
+        self.previous_speed: float | None = None
+
+    def __call__(self, observation: StepObservation) -> None:
+        ego, speed = observation.ego, observation.speed_mps
+        previous = self.previous_speed
+        accel = 0.0 if previous is None else (speed - previous) / self.dt_s
+        self.previous_speed = speed
+        east, north = self.offset_m[0] + ego.east_m, self.offset_m[1] + ego.north_m
+        latitude, longitude = local_to_gps(east, north, self.origin)
+        self.frames.append(
+            Frame(
+                timestamp_ns=self.start_ns + observation.step * self.period_ns,
+                image=observation.image,
+                latitude=latitude,
+                longitude=longitude,
+                x=float(east),
+                y=float(north),
+                heading=ego.heading_rad,
+                **_can_signals(speed, accel, ego.steering_rad, self.can),
+                lane_index=ego.lane_index,
+                lane_count=ego.lane_count,
+                others=observation.others,
+                rear_image=observation.rear_image,
+                lidar_points=observation.lidar_points,
+            )
+        )
+        self.crashed.append(ego.crashed)
+        self.edges.append(ego.road_edge)
 
 
 def _can_signals(
