@@ -257,36 +257,15 @@ def _gate(
             cand = float(cand_rows.loc[slice_, metric]) if in_cand else float("nan")
             prod = float(prod_rows.loc[slice_, metric]) if in_prod else float("nan")
             budget = budget_of(str(slice_), metric, prod)
-            delta = cand - prod if _finite(cand) and _finite(prod) else float("nan")
-            higher = HIGHER_IS_BETTER.get(metric, True)
-            regression = (-delta if higher else delta) if _finite(delta) else float("nan")
             gated = bool(in_prod and budget is not None and frames >= min_frames and _finite(prod))
-            if not gated:
-                passed = True
-            elif not _finite(cand):
-                passed = False
-                failures.append(f"{slice_} {metric}: candidate not evaluated ({name} {prod:.3f})")
-            else:
-                passed = bool(regression <= budget + _TOLERANCE)
-                if not passed:
-                    failures.append(
-                        _failure(slice_, metric, cand, prod, delta, budget, frames, name)
-                    )
-            rows.append(
-                {
-                    "slice": str(slice_),
-                    "kind": kind,
-                    "metric": metric,
-                    "frames": frames,
-                    "candidate": cand,
-                    "production": prod,
-                    "delta": delta,
-                    "regression": regression,
-                    "budget": budget if budget is not None else float("nan"),
-                    "gated": gated,
-                    "passed": passed,
-                }
-            )
+            row = _metric_row(str(slice_), kind, metric, frames, cand, prod, budget, gated)
+            if not row["passed"]:
+                failures.append(
+                    _failure(slice_, metric, cand, prod, row["delta"], budget, frames, name)
+                    if _finite(cand)
+                    else f"{slice_} {metric}: candidate not evaluated ({name} {prod:.3f})"
+                )
+            rows.append(row)
     table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
     if has_reference and len(table):
         small = sorted(table.loc[table["frames"] < min_frames, "slice"].unique())
@@ -295,6 +274,42 @@ def _gate(
                 f"{len(small)} slice(s) below {min_frames} frames are reported but not gated"
             )
     return table, failures, notes
+
+
+def _metric_row(
+    slice_: str,
+    kind: str,
+    metric: str,
+    frames: int,
+    cand: float,
+    prod: float,
+    budget: float | None,
+    gated: bool,
+) -> dict[str, Any]:
+    """One slice and metric of the long table: the change, as a regression, against its budget
+    (an ungated row passes; a gated one the candidate was not evaluated on fails)."""
+    delta = cand - prod if _finite(cand) and _finite(prod) else float("nan")
+    higher = HIGHER_IS_BETTER.get(metric, True)
+    regression = (-delta if higher else delta) if _finite(delta) else float("nan")
+    if not gated:
+        passed = True
+    elif not _finite(cand):
+        passed = False
+    else:
+        passed = bool(regression <= budget + _TOLERANCE)
+    return {
+        "slice": slice_,
+        "kind": kind,
+        "metric": metric,
+        "frames": frames,
+        "candidate": cand,
+        "production": prod,
+        "delta": delta,
+        "regression": regression,
+        "budget": budget if budget is not None else float("nan"),
+        "gated": gated,
+        "passed": passed,
+    }
 
 
 def _failure(
