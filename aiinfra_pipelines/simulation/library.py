@@ -98,35 +98,8 @@ def merge_library(
         raise LibraryError("duplicate scenario ids in one library build")
     change = LibraryChange()
     next_version = int(library["library_version"]) + 1
-    for scenario_id, scenario in sorted(incoming.items()):
-        entry = entries.get(scenario_id)
-        if entry is None:
-            entries[scenario_id] = {
-                **scenario.to_dict(),
-                "added_in": next_version,
-                "orphaned": False,
-                "revisions": [],
-                "first_failed_by": None,
-                "first_fixed_by": None,
-                "last_result": None,
-            }
-            change.added.append(scenario_id)
-        elif entry["version"] != scenario.version:
-            kept = {k: entry.get(k) for k in (*RECORD_FIELDS, "added_in")}
-            revisions = [
-                *entry.get("revisions", []),
-                {"version": entry["version"], "replaced_in": next_version},
-            ]
-            entries[scenario_id] = {
-                **scenario.to_dict(),
-                **kept,
-                "orphaned": False,
-                "revisions": revisions,
-            }
-            change.revised.append(scenario_id)
-        elif entry.get("orphaned"):
-            entry["orphaned"] = False
-            change.revised.append(scenario_id)
+    for _, scenario in sorted(incoming.items()):  # in id order
+        _merge_scenario(entries, scenario, next_version, change)
     for scenario_id, entry in sorted(entries.items()):
         if scenario_id not in incoming and not entry.get("orphaned"):
             entry["orphaned"] = True  # its source is gone; it stays in the library
@@ -147,6 +120,40 @@ def merge_library(
     library["built_from"] = dict(built_from)
     assert_never_dropped(previous, library)
     return library, change
+
+
+def _merge_scenario(
+    entries: dict[str, dict[str, Any]], scenario: Scenario, next_version: int, change: LibraryChange
+) -> None:
+    """Add a new scenario, revise a changed one (its records kept) or bring an orphan back."""
+    entry = entries.get(scenario.id)
+    if entry is None:
+        entries[scenario.id] = {
+            **scenario.to_dict(),
+            "added_in": next_version,
+            "orphaned": False,
+            "revisions": [],
+            "first_failed_by": None,
+            "first_fixed_by": None,
+            "last_result": None,
+        }
+        change.added.append(scenario.id)
+    elif entry["version"] != scenario.version:
+        kept = {k: entry.get(k) for k in (*RECORD_FIELDS, "added_in")}
+        revisions = [
+            *entry.get("revisions", []),
+            {"version": entry["version"], "replaced_in": next_version},
+        ]
+        entries[scenario.id] = {
+            **scenario.to_dict(),
+            **kept,
+            "orphaned": False,
+            "revisions": revisions,
+        }
+        change.revised.append(scenario.id)
+    elif entry.get("orphaned"):
+        entry["orphaned"] = False
+        change.revised.append(scenario.id)
 
 
 def assert_never_dropped(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> None:
