@@ -21,15 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from aiinfra_pipelines.fleet.closed_loop import (
-    Engine,
-    EpisodeMetrics,
-    EpisodeSetup,
-    StepObservation,
-    run_episode,
-)
+from aiinfra_pipelines.fleet.closed_loop import Engine, EpisodeSetup, StepObservation, run_episode
 from aiinfra_pipelines.fleet.conditions import Conditions, plan_conditions
 from aiinfra_pipelines.fleet.degradation_log import events_between, frame_levels, log_events
+from aiinfra_pipelines.fleet.episode_metrics import EpisodeMetrics
 from aiinfra_pipelines.fleet.sensors import SensorRig
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
 from aiinfra_pipelines.fleet.sim_env import road_type_settings
