@@ -6,6 +6,8 @@ which mcap does not check) catches truncation and cut uploads; a linear pass wit
 ``validate_crcs=True`` checks every chunk CRC and the data-section CRC (which the seeking reader
 skips); only then are messages decoded. Every failure becomes a :class:`DriveLogError` whose
 ``code`` is stable (see :mod:`aiinfra_pipelines.logs.errors`).
+The envelope and the error mapping live in :mod:`.mcap_envelope`, schema checks and message
+decoding in :mod:`.message_decode`; this module scans, aligns and assembles.
 
 ``read_drive_log`` keeps messages in *file* order, not log-time order, so a producer whose clock
 went backwards is visible to validation instead of being silently re-sorted.
@@ -14,30 +16,33 @@ went backwards is visible to validation instead of being silently re-sorted.
 from __future__ import annotations
 
 import bisect
-import io
-import math
-import os
-import struct
-import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import numpy as np
-import zstandard
-from google.protobuf.message import DecodeError, Message
-from mcap.exceptions import EndOfFile, InvalidMagic, McapError, RecordLengthLimitExceeded
 from mcap.reader import SeekingReader
 from mcap.records import Channel, Header, Metadata, Schema
 from mcap.records import Message as McapMessage
-from mcap.stream_reader import CRCValidationError, StreamReader
+from mcap.stream_reader import StreamReader
 from mcap.summary import Summary
-from mcap.well_known import MessageEncoding, SchemaEncoding
 
 from aiinfra_pipelines.logs import _config, errors
 from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.mcap_envelope import (
+    Source,
+    check_envelope,
+    open_source,
+    translate_errors,
+)
+from aiinfra_pipelines.logs.message_decode import (
+    check_schemas,
+    decode_message,
+    degradation_event,
+    frame_from_messages,
+    trigger_event,
+)
 from aiinfra_pipelines.logs.model import (
     SIMULATED_PROFILE,
     TOPIC_CAMERA,
@@ -49,22 +54,11 @@ from aiinfra_pipelines.logs.model import (
     TOPIC_POSE,
     TOPIC_REAR_CAMERA,
     TOPIC_TRIGGERS,
-    DegradationEvent,
     DriveLog,
     Frame,
-    OtherVehicle,
-    TriggerEvent,
 )
-from aiinfra_pipelines.logs.schemas import TOPIC_SCHEMAS, accepted_schemas, message_class
-from aiinfra_pipelines.logs.sources import decode as role_decode
-from aiinfra_pipelines.logs.writer import IMAGE_ENCODING, METADATA_NAME
+from aiinfra_pipelines.logs.writer import METADATA_NAME
 
-Source = bytes | bytearray | memoryview | BinaryIO | str | os.PathLike[str]
-
-MAGIC = b"\x89MCAP0\r\n"
-_FOOTER_RECORD_SIZE = 1 + 8 + 8 + 8 + 4  # opcode, length, summary_start, offset_start, crc
-_FOOTER_OPCODE = 0x02
-_CRC_BLOCK = 1 << 20
 # Channels without which a frame cannot be rebuilt; ground truth is optional (real fleets).
 FRAME_TOPICS: tuple[str, ...] = (TOPIC_CAMERA, TOPIC_LOCATION, TOPIC_POSE, TOPIC_CAN)
 
@@ -97,148 +91,6 @@ class ScannedLog:
         return [dict(record.metadata) for record in self.metadata if record.name == METADATA_NAME]
 
 
-# --------------------------------------------------------------------------- opening + errors
-
-
-@contextmanager
-def _open_source(source: Source) -> Iterator[BinaryIO]:
-    """A seekable stream positioned at the file start, whatever the caller handed in."""
-    if isinstance(source, bytes | bytearray | memoryview):
-        yield io.BytesIO(bytes(source))
-    elif isinstance(source, str | os.PathLike):
-        try:
-            handle = open(source, "rb")  # noqa: SIM115 - closed below, after the caller's use
-        except OSError as exc:
-            raise DriveLogError(errors.UNREADABLE, f"cannot open {source}: {exc}") from exc
-        with handle:
-            yield handle
-    elif source.seekable() and source.tell() == 0:
-        yield source
-    else:
-        # Offsets in MCAP are absolute; a pipe or a stream mid-way must be buffered first.
-        yield io.BytesIO(source.read())
-
-
-def _stream_size(stream: BinaryIO) -> int:
-    size = stream.seek(0, io.SEEK_END)
-    stream.seek(0)
-    return size
-
-
-@contextmanager
-def _translate_errors() -> Iterator[None]:
-    """Map the many exception types mcap, zstd and lz4 raise onto our reason codes."""
-    try:
-        yield
-    except DriveLogError:
-        raise
-    except Exception as exc:
-        code, message = _reason_for(exc)
-        raise DriveLogError(code, message) from exc
-
-
-def _lz4_or_unreadable(exc: BaseException) -> tuple[str, str]:
-    if "LZ4" in str(exc).upper():
-        return errors.CRC_MISMATCH, f"chunk payload is corrupted ({exc})"
-    return errors.UNREADABLE, f"{type(exc).__name__}: {exc}"
-
-
-# The first entry whose classes match decides, so subclasses stand before their bases.
-_REASONS: tuple[tuple[type | tuple[type, ...], Callable[[BaseException], tuple[str, str]]], ...] = (
-    (CRCValidationError, lambda exc: (errors.CRC_MISMATCH, str(exc))),
-    # A flipped byte in a compressed chunk usually breaks decompression before the CRC of the
-    # decompressed bytes can be compared; it is the same fault, so the same code.
-    (
-        zstandard.ZstdError,
-        lambda exc: (errors.CRC_MISMATCH, f"chunk payload is corrupted (zstd: {exc})"),
-    ),
-    (InvalidMagic, lambda exc: (errors.NOT_MCAP, str(exc))),
-    (
-        (EndOfFile, struct.error),
-        lambda _: (
-            errors.CORRUPT,
-            "a record extends past the end of the file (corrupt length field)",
-        ),
-    ),
-    (RecordLengthLimitExceeded, lambda exc: (errors.CORRUPT, str(exc))),
-    (UnicodeDecodeError, lambda exc: (errors.CORRUPT, f"record text is not UTF-8: {exc}")),
-    (RuntimeError, _lz4_or_unreadable),
-    (
-        (McapError, ValueError, KeyError, IndexError),
-        lambda exc: (errors.CORRUPT, f"{type(exc).__name__}: {exc}"),
-    ),
-)
-
-
-def _reason_for(exc: BaseException) -> tuple[str, str]:
-    """The reason code and message of a reader failure (UNREADABLE for anything unforeseen)."""
-    for classes, reason in _REASONS:
-        if isinstance(exc, classes):
-            return reason(exc)
-    return errors.UNREADABLE, f"{type(exc).__name__}: {exc}"
-
-
-# --------------------------------------------------------------------------- envelope
-
-
-def _check_leading_magic(stream: BinaryIO, size: int) -> None:
-    if size == 0:
-        raise DriveLogError(errors.EMPTY, "the file is empty (0 bytes)")
-    head = stream.read(len(MAGIC))
-    if head != MAGIC:
-        if len(head) < len(MAGIC) and MAGIC.startswith(head):
-            raise DriveLogError(errors.TRUNCATED, f"file ends inside the MCAP magic ({size} B)")
-        raise DriveLogError(errors.NOT_MCAP, "not an MCAP file (leading magic missing)")
-
-
-def _read_footer(stream: BinaryIO, size: int) -> tuple[int, int]:
-    """``(summary_start, summary_crc)``, or TRUNCATED when the file was never finished."""
-    minimum = 2 * len(MAGIC) + _FOOTER_RECORD_SIZE
-    stream.seek(max(size - len(MAGIC), 0))
-    if size < minimum or stream.read(len(MAGIC)) != MAGIC:
-        raise DriveLogError(
-            errors.TRUNCATED,
-            f"file ends without the closing MCAP magic after {size} B: the upload was cut "
-            "or the writer never finished",
-        )
-    stream.seek(size - len(MAGIC) - _FOOTER_RECORD_SIZE)
-    footer = stream.read(_FOOTER_RECORD_SIZE)
-    opcode, length, summary_start, _offset_start, summary_crc = struct.unpack("<BQQQI", footer)
-    if opcode != _FOOTER_OPCODE or length != _FOOTER_RECORD_SIZE - 9:
-        raise DriveLogError(errors.TRUNCATED, "no footer record before the closing magic")
-    if summary_start >= size:
-        raise DriveLogError(errors.CORRUPT, f"footer points past the file end ({summary_start})")
-    return summary_start, summary_crc
-
-
-def _check_summary_crc(stream: BinaryIO, size: int, summary_start: int, expected: int) -> None:
-    """mcap's Python readers ignore the footer's summary CRC; the chunk index lives there."""
-    if expected == 0:
-        return  # writer did not compute one
-    start = summary_start or size - len(MAGIC) - _FOOTER_RECORD_SIZE
-    end = size - len(MAGIC) - 4  # the CRC covers the footer up to, not including, itself
-    stream.seek(start)
-    crc, remaining = 0, end - start
-    while remaining > 0:
-        block = stream.read(min(_CRC_BLOCK, remaining))
-        crc, remaining = zlib.crc32(block, crc), remaining - len(block)
-    if crc != expected:
-        raise DriveLogError(
-            errors.CRC_MISMATCH,
-            f"summary section CRC mismatch (expected {expected}, calculated {crc})",
-        )
-
-
-def _check_envelope(stream: BinaryIO) -> int:
-    """Validate magic, footer and summary CRC; returns the file size."""
-    size = _stream_size(stream)
-    _check_leading_magic(stream, size)
-    summary_start, summary_crc = _read_footer(stream, size)
-    _check_summary_crc(stream, size, summary_start, summary_crc)
-    stream.seek(0)
-    return size
-
-
 # --------------------------------------------------------------------------- scanning
 
 
@@ -259,8 +111,8 @@ def _collect(scanned: ScannedLog, record: Any) -> None:
 
 
 def _scan_stream(stream: BinaryIO) -> ScannedLog:
-    with _translate_errors():
-        size = _check_envelope(stream)
+    with translate_errors():
+        size = check_envelope(stream)
         scanned = ScannedLog()
         reader = StreamReader(stream, validate_crcs=True, record_size_limit=size)
         for record in reader.records:
@@ -270,148 +122,8 @@ def _scan_stream(stream: BinaryIO) -> ScannedLog:
 
 def scan_mcap(source: Source) -> ScannedLog:
     """Read and integrity-check every record; raises :class:`DriveLogError` on damage."""
-    with _open_source(source) as stream:
+    with open_source(source) as stream:
         return _scan_stream(stream)
-
-
-# --------------------------------------------------------------------------- decoding
-
-
-def _check_schema(topic: str, channel: Channel, schema: Schema | None) -> None:
-    accepted = accepted_schemas(topic)
-    expected = " or ".join(accepted)
-    if (
-        schema is None
-        or schema.name not in accepted
-        or schema.encoding != SchemaEncoding.Protobuf
-        or channel.message_encoding != MessageEncoding.Protobuf
-    ):
-        found = "no schema" if schema is None else f"{schema.name} ({schema.encoding})"
-        raise DriveLogError(
-            errors.WRONG_SCHEMA, f"{topic} must carry protobuf {expected}, found {found}"
-        )
-
-
-def check_schemas(channels: dict[int, Channel], schemas: dict[int, Schema]) -> list[DriveLogError]:
-    """One error per known topic whose schema or encoding is not the one we write."""
-    problems = []
-    for channel in channels.values():
-        if channel.topic not in TOPIC_SCHEMAS:
-            continue  # extra channels (e.g. a second camera) are allowed and ignored
-        try:
-            _check_schema(channel.topic, channel, schemas.get(channel.schema_id))
-        except DriveLogError as exc:
-            problems.append(exc)
-    return problems
-
-
-def _decode(topic: str, record: McapMessage, schema_name: str | None = None) -> Message:
-    try:
-        return message_class(topic, schema_name).FromString(record.data)
-    except DecodeError as exc:
-        raise DriveLogError(
-            errors.DECODE_ERROR, f"{topic} message at {record.log_time} is not valid: {exc}"
-        ) from exc
-
-
-def _decode_image(message: Any, timestamp_ns: int) -> np.ndarray:
-    if message.DESCRIPTOR.name == "CompressedImage":  # fleet-7: JPEG, decoded to rgb8 here
-        return role_decode.image_rgb(message, f"frame {timestamp_ns}")
-    height, width, step = int(message.height), int(message.width), int(message.step)
-    row_bytes = width * 3
-    if message.encoding != IMAGE_ENCODING:
-        raise DriveLogError(
-            errors.BAD_IMAGE, f"frame {timestamp_ns}: encoding {message.encoding!r} is not rgb8"
-        )
-    if height == 0 or width == 0:
-        return np.zeros((height, width, 3), dtype=np.uint8)
-    if step < row_bytes or len(message.data) < height * step:
-        raise DriveLogError(
-            errors.BAD_IMAGE,
-            f"frame {timestamp_ns}: {len(message.data)} B cannot hold {height}x{width} rgb8 "
-            f"with step {step}",
-        )
-    rows = np.frombuffer(message.data, dtype=np.uint8, count=height * step).reshape(height, step)
-    return rows[:, :row_bytes].reshape(height, width, 3).copy()
-
-
-def quaternion_to_heading(x: float, y: float, z: float, w: float) -> float:
-    """Yaw of a quaternion in (-pi, pi]; the inverse of the writer's heading encoding."""
-    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
-
-
-def _others(ground_truth: Any | None) -> list[OtherVehicle]:
-    if ground_truth is None:
-        return []
-    return [
-        OtherVehicle(
-            vehicle_id=v.vehicle_id,
-            x=v.x,
-            y=v.y,
-            vx=v.vx,
-            vy=v.vy,
-            lane_offset=v.lane_offset,
-            plate_box=(v.plate_x0, v.plate_y0, v.plate_x1, v.plate_y1) if v.has_plate else None,
-            rear_plate_box=(v.rear_plate_x0, v.rear_plate_y0, v.rear_plate_x1, v.rear_plate_y1)
-            if v.has_rear_plate
-            else None,
-        )
-        for v in ground_truth.vehicles
-    ]
-
-
-def _frame(
-    timestamp_ns: int,
-    camera: Any,
-    location: Any,
-    pose: Any,
-    can: Any,
-    ground_truth: Any | None,
-    rear_camera: Any | None = None,
-    lidar: Any | None = None,
-) -> Frame:
-    orientation = pose.pose.orientation
-    return Frame(
-        timestamp_ns=timestamp_ns,
-        image=_decode_image(camera, timestamp_ns),
-        latitude=location.latitude,
-        longitude=location.longitude,
-        x=pose.pose.position.x,
-        y=pose.pose.position.y,
-        heading=quaternion_to_heading(orientation.x, orientation.y, orientation.z, orientation.w),
-        speed_mps=can.speed_mps,
-        accel_mps2=can.accel_mps2,
-        steering_rad=can.steering_rad,
-        brake=can.brake,
-        lane_index=ground_truth.lane_index if ground_truth is not None else 0,
-        lane_count=ground_truth.lane_count if ground_truth is not None else 0,
-        others=_others(ground_truth),
-        rear_image=None if rear_camera is None else _decode_image(rear_camera, timestamp_ns),
-        lidar_points=None
-        if lidar is None
-        else role_decode.points_xyz(lidar, f"{TOPIC_LIDAR} at {timestamp_ns}"),
-    )
-
-
-def _event(record: McapMessage) -> TriggerEvent:
-    message: Any = _decode(TOPIC_TRIGGERS, record)
-    return TriggerEvent(
-        timestamp_ns=record.log_time,
-        rule=message.rule,
-        value=message.value,
-        threshold=message.threshold,
-    )
-
-
-def _degradation(record: McapMessage) -> DegradationEvent:
-    message: Any = _decode(TOPIC_DEGRADATION, record)
-    return DegradationEvent(
-        timestamp_ns=record.log_time,
-        from_state=message.from_state,
-        to_state=message.to_state,
-        cause=message.cause,
-        detail=message.detail,
-    )
 
 
 # --------------------------------------------------------------------------- alignment
@@ -483,7 +195,7 @@ def _aligned_channel(
             raise DriveLogError(
                 errors.UNALIGNED_CHANNEL, f"{topic} has no message near camera frame {time}"
             )
-        decoded.append(None if record is None else _decode(topic, record, schema_name))
+        decoded.append(None if record is None else decode_message(topic, record, schema_name))
     return decoded
 
 
@@ -505,9 +217,9 @@ def build_drive_log(scanned: ScannedLog, metadata: dict[str, str] | None = None)
     }
     camera_schema = _schema_name(scanned, TOPIC_CAMERA)
     frames = [
-        _frame(
+        frame_from_messages(
             time,
-            _decode(TOPIC_CAMERA, record, camera_schema),
+            decode_message(TOPIC_CAMERA, record, camera_schema),
             channels[TOPIC_LOCATION][i],
             channels[TOPIC_POSE][i],
             channels[TOPIC_CAN][i],
@@ -517,9 +229,9 @@ def build_drive_log(scanned: ScannedLog, metadata: dict[str, str] | None = None)
         )
         for i, (time, record) in enumerate(zip(camera_times, camera_records, strict=True))
     ]
-    events = [_event(record) for record in scanned.messages.get(TOPIC_TRIGGERS, [])]
+    events = [trigger_event(record) for record in scanned.messages.get(TOPIC_TRIGGERS, [])]
     # Optional (logs from before the degradation state machine have no such channel).
-    degradation = [_degradation(r) for r in scanned.messages.get(TOPIC_DEGRADATION, [])]
+    degradation = [degradation_event(r) for r in scanned.messages.get(TOPIC_DEGRADATION, [])]
     if metadata is None:
         found = scanned.drive_log_metadata()
         metadata = found[0] if found else {}
@@ -548,18 +260,18 @@ def read_drive_log(source: Source, profile: str | None = None) -> DriveLog:
 
 def _open_indexed(stream: BinaryIO) -> tuple[SeekingReader, Summary | None]:
     """A CRC-validating seeking reader and the file's summary (``None`` if it has none)."""
-    with _translate_errors():
-        size = _check_envelope(stream)
+    with translate_errors():
+        size = check_envelope(stream)
         reader = SeekingReader(stream, validate_crcs=True, record_size_limit=size)
         return reader, reader.get_summary()
 
 
 def read_metadata(source: Source) -> dict[str, str]:
     """The ``drive_log`` metadata record, read through the index without decoding frames."""
-    with _open_source(source) as stream:
+    with open_source(source) as stream:
         reader, summary = _open_indexed(stream)
         if summary is not None and summary.metadata_indexes:
-            with _translate_errors():
+            with translate_errors():
                 records = list(reader.iter_metadata())
             found = [dict(r.metadata) for r in records if r.name == METADATA_NAME]
         else:
@@ -579,7 +291,7 @@ def _summary_counts(summary: Summary | None) -> dict[str, int] | None:
 
 def summarize_channels(source: Source) -> dict[str, int]:
     """Message count per topic (0 for registered but silent channels), from the statistics."""
-    with _open_source(source) as stream:
+    with open_source(source) as stream:
         _reader, summary = _open_indexed(stream)
         counts = _summary_counts(summary)
         if counts is None:
@@ -596,7 +308,7 @@ def iter_frames(source: Source) -> Iterator[Frame]:
     (datasets, training), not for validation itself. Files without a chunk index fall back to
     a full read.
     """
-    with _open_source(source) as stream:
+    with open_source(source) as stream:
         reader, summary = _open_indexed(stream)
         counts = _summary_counts(summary)
         if summary is None or counts is None or not summary.chunk_indexes:
@@ -613,7 +325,7 @@ def _group_frames(reader: SeekingReader) -> Iterator[Frame]:
     group: dict[str, list[McapMessage]] = defaultdict(list)
     group_time: int | None = None
     schema_names: dict[str, str] = {}
-    with _translate_errors():
+    with translate_errors():
         messages = reader.iter_messages(topics=topics, log_time_order=True)
         for schema, channel, record in messages:
             if group_time is not None and record.log_time != group_time:
@@ -640,11 +352,11 @@ def _frames_of_group(
             raise DriveLogError(
                 errors.UNALIGNED_CHANNEL, f"{topic} has no message at camera time {time}"
             )
-        decoded[topic] = _decode(topic, records[0]) if records else None
+        decoded[topic] = decode_message(topic, records[0]) if records else None
     for record in group[TOPIC_CAMERA]:
-        yield _frame(
+        yield frame_from_messages(
             time,
-            _decode(TOPIC_CAMERA, record, schema_names.get(TOPIC_CAMERA)),
+            decode_message(TOPIC_CAMERA, record, schema_names.get(TOPIC_CAMERA)),
             decoded[TOPIC_LOCATION],
             decoded[TOPIC_POSE],
             decoded[TOPIC_CAN],

@@ -37,6 +37,7 @@ import numpy as np
 from aiinfra_pipelines.logs import _config, errors
 from aiinfra_pipelines.logs.anonymize import PSEUDONYM_KEY, PSEUDONYM_PREFIX
 from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.message_decode import check_schemas
 from aiinfra_pipelines.logs.model import (
     METADATA_SCHEMA_VERSION,
     OPTIONAL_METADATA_KEYS,
@@ -52,13 +53,7 @@ from aiinfra_pipelines.logs.pii_check import (
     describe_findings,
     find_residual_pii,
 )
-from aiinfra_pipelines.logs.reader import (
-    ScannedLog,
-    build_drive_log,
-    check_schemas,
-    rate_hz,
-    scan_mcap,
-)
+from aiinfra_pipelines.logs.reader import ScannedLog, build_drive_log, rate_hz, scan_mcap
 from aiinfra_pipelines.logs.sources.build import (
     ClockSync,
     ProfileLogBuilder,
