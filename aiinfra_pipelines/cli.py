@@ -214,9 +214,9 @@ def pull_request(
     """Ask the fleet for raw segments; the cars that hold them send them in their next window."""
     import json
 
-    from aiinfra_pipelines.config import load_resource_yaml
     from aiinfra_pipelines.ingest.pulls import request_raw_segments, requested_log_ids
     from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
+    from aiinfra_pipelines.mining.settings import PullSettings
 
     lake = _lake()
     index = scene_index_view(lake, include_index_only=True)
@@ -228,7 +228,7 @@ def pull_request(
             )
         held = index[(index["slice"] == slice_name) & ~raw_available(index)]
         asked = requested_log_ids(lake)
-        most = limit or int(load_resource_yaml("mining.yaml")["pulls"]["max_segments"])
+        most = limit or PullSettings.load().max_segments
         wanted += [log_id for log_id in dict.fromkeys(held["log_id"]) if log_id not in asked][:most]
     if not wanted:
         raise typer.BadParameter(

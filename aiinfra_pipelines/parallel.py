@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -51,16 +51,22 @@ class PoolSettings:
     min_items_for_pool: int
 
     @classmethod
-    def load(cls, resource_file: str, section: str = "workers") -> PoolSettings:
-        """From a ``workers`` block (``count``, ``start_method``, ``min_items_for_pool``)."""
-        config = load_resource_yaml(resource_file)[section]
-        count = int(config["count"])
+    def load(
+        cls,
+        resource_file: str,
+        section: str = "workers",
+        config: Mapping[str, Any] | None = None,
+    ) -> PoolSettings:
+        """From a ``workers`` block (``count``, ``start_method``, ``min_items_for_pool``) of
+        ``resource_file`` (or of ``config``, that whole file as a mapping)."""
+        block = settings_section(resource_file, section, config)
+        count = block.int("count")
         if count < 0:
-            raise ValueError(f"{resource_file} {section}.count must be >= 0, got {count}")
+            raise block.error("count", f"must be >= 0, got {count}")
         return cls(
             workers=count or available_cores(),
-            start_method=str(config["start_method"]),
-            min_items_for_pool=int(config["min_items_for_pool"]),
+            start_method=block.str("start_method"),
+            min_items_for_pool=block.int("min_items_for_pool"),
         )
 
 

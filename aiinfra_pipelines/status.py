@@ -8,9 +8,9 @@ from rich.table import Table
 
 from aiinfra_pipelines.ingest.pulls import pull_request_counts
 from aiinfra_pipelines.ingest.views import quarantine_view, raw_available, scene_index_view
-from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX
+from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX
+from aiinfra_pipelines.lake.publish import RUN_BRANCH_PREFIX
 
 
 def frames_by_slice(index: pd.DataFrame) -> pd.DataFrame:

@@ -43,8 +43,13 @@ from aiinfra_pipelines.deployment.parity import slice_metrics
 from aiinfra_pipelines.deployment.quantize import convert_fp16, quantize_int8
 from aiinfra_pipelines.deployment.settings import deployment_gates, deployment_settings
 from aiinfra_pipelines.perception.contract import images_to_input, perception_spec
-from aiinfra_pipelines_tests.deployment.helpers import labelled, sample, split_logs, train_network
-from aiinfra_pipelines_tests.fleet_data import fleet_frames
+from aiinfra_pipelines_tests.support.fleet_data import fleet_frames
+from aiinfra_pipelines_tests.support.trained_networks import (
+    labelled,
+    sample,
+    split_logs,
+    train_network,
+)
 
 
 def _cpu_latency(engines, images, args, serving_batch) -> pd.DataFrame:

@@ -23,8 +23,9 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 from aiinfra_pipelines.fleet.settings import fleet_config, with_overrides
 from aiinfra_pipelines.fleet.simulator import drive_fleet
+from aiinfra_pipelines.logs.message_encode import jpeg_bytes
 from aiinfra_pipelines.logs.model import DriveLog
-from aiinfra_pipelines.logs.writer import encode_drive_log, jpeg_bytes
+from aiinfra_pipelines.logs.writer import encode_drive_log
 
 # fleet-6's recording: no rear camera, no LiDAR, raw front camera.
 FRONT_ONLY = {

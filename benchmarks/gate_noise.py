@@ -1,6 +1,6 @@
 """How often the closed-loop regression gate refuses an equal candidate, and catches a worse one.
 
-Simulated libraries (``aiinfra_pipelines_tests.simulation.noisy_library``): 60 scenarios whose
+Simulated libraries (``aiinfra_pipelines_tests.support.noisy_library``): 60 scenarios whose
 episodes fail by chance — most scenarios easy, a quarter borderline, a fifth hard, as the demo's
 reports show. Production and candidate each roll their own seeds, as two different engines do;
 the shard's procedure follows (3 seeds, a failing verdict confirmed on 6 more for both) and the
@@ -21,8 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from aiinfra_pipelines.simulation.gate import gate_section
-from aiinfra_pipelines_tests.simulation.noisy_library import certify_rate
+from aiinfra_pipelines.simulation.gate_verdicts import gate_section
+from aiinfra_pipelines_tests.support.noisy_library import certify_rate
 
 REGRESSIONS = ((1, 0.9), (1, 0.7), (3, 0.6), (10, 0.3))
 

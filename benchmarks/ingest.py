@@ -47,8 +47,8 @@ from aiinfra_pipelines.ingest.batch import ingest_batch
 from aiinfra_pipelines.ingest.discovery import dump_cursor
 from aiinfra_pipelines.ingest.partitions import BatchRef
 from aiinfra_pipelines.ingest.tables import frames_table, scene_index_table
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.logs.anonymize import anonymize_log
 from aiinfra_pipelines.logs.model import DriveLog
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log

@@ -38,7 +38,7 @@ import torch
 
 from aiinfra_pipelines.mining.engine_runner import mining_engine, run_engine_over_frames
 from aiinfra_pipelines.mining.rules import mine_badcases
-from aiinfra_pipelines.mining.settings import mining_config
+from aiinfra_pipelines.mining.settings import EngineSettings, RuleSettings
 from aiinfra_pipelines.perception.contract import (
     INPUT_NAME,
     LEAD_GAP_OUTPUT,
@@ -49,7 +49,7 @@ from aiinfra_pipelines.perception.contract import (
 )
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 from aiinfra_pipelines.perception.onnx_export import bootstrap_network, export_onnx
-from aiinfra_pipelines_tests.fleet_data import fleet_frames
+from aiinfra_pipelines_tests.support.fleet_data import fleet_frames
 
 
 def tiled_frames(n: int) -> pd.DataFrame:
@@ -83,16 +83,17 @@ def main() -> None:
     args = parser.parse_args()
 
     spec = perception_spec()
-    config = mining_config()
+    config = None  # resources/mining.yaml
+    engine_settings = EngineSettings.load(config)
     frames = tiled_frames(args.frames)
-    index = scene_index(frames, config["rules"]["logged_event"]["rules"])
+    index = scene_index(frames, list(RuleSettings.load(config).event_rules))
     net = bootstrap_network(spec)
     onnx_bytes = export_onnx(net)
     engine = mining_engine(onnx_bytes, spec, config)
     batch = engine.batch_size
     print(
         f"{len(frames)} frames {spec.image_width}x{spec.image_height}, batch {batch}, "
-        f"chunk {config['engine']['chunk_batches']} batches, torch threads "
+        f"chunk {engine_settings.chunk_batches} batches, torch threads "
         f"{torch.get_num_threads()}, cpu count {os.cpu_count()}"
     )
 
@@ -109,7 +110,7 @@ def main() -> None:
     images = decode_images(frames["image"].tolist(), spec.image_height, spec.image_width)
     batches = [images_to_input(images[i : i + batch]) for i in range(0, len(images), batch)]
     options = ort.SessionOptions()
-    options.intra_op_num_threads = int(config["engine"].get("intra_op_threads", 0))
+    options.intra_op_num_threads = engine_settings.intra_op_threads
     session = ort.InferenceSession(
         onnx_bytes, sess_options=options, providers=["CPUExecutionProvider"]
     )

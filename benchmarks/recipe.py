@@ -48,7 +48,7 @@ from aiinfra_pipelines.datasets.benchmark import (
     exclude_benchmark,
     freeze_benchmark,
 )
-from aiinfra_pipelines.datasets.settings import dataset_settings
+from aiinfra_pipelines.datasets.settings import DatasetSettings
 from aiinfra_pipelines.datasets.split import split_by_log
 from aiinfra_pipelines.fleet.simulator import EpisodeDrive, drive_fleet
 from aiinfra_pipelines.ingest.tables import frames_table, slice_name
@@ -166,7 +166,7 @@ def without_held_back(frames: pd.DataFrame) -> pd.DataFrame:
 def split_like_datasets(frames: pd.DataFrame) -> Splits:
     """Benchmark held out by log per slice, the rest (less what label QC holds back) train/val
     by log (datasets.yaml)."""
-    settings = dataset_settings()
+    settings = DatasetSettings.load()
     manifest = freeze_benchmark(
         None,
         frames,
@@ -207,7 +207,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 def second_cycle_splits(first: Splits, new_frames: pd.DataFrame) -> Splits:
     """Cycle 2's data as the demo has it: the benchmark stays cycle 1's (frozen), the new
     fleet's logs join train/val split by log like the first cycle's."""
-    settings = dataset_settings()
+    settings = DatasetSettings.load()
     new = split_by_log(without_held_back(new_frames), settings.val_fraction, settings.seed)
     return Splits(
         train=pd.concat([first.train, new[new["split"] == "train"]], ignore_index=True),
@@ -228,7 +228,8 @@ def train_and_score(
     from aiinfra_pipelines.evaluation.baselines import fit_baselines, score_baselines
     from aiinfra_pipelines.evaluation.compare import compare_with_production
     from aiinfra_pipelines.evaluation.predict import slice_metrics
-    from aiinfra_pipelines.training.train import WarmStart, train_perception_model
+    from aiinfra_pipelines.training.train import train_perception_model
+    from aiinfra_pipelines.training.warm_start import WarmStart
 
     warm_start = None
     if warm_start_from is not None:

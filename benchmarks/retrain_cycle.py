@@ -16,26 +16,19 @@ offline gate against the reference release, as ``offline_eval`` would judge it::
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from aiinfra_pipelines.config import load_resource_yaml
-from aiinfra_pipelines.datasets.assets import (
-    BENCHMARK_MANIFEST,
-    TRAINING_LATEST,
-    read_json_if_exists,
-)
+from aiinfra_pipelines.datasets.assets import BENCHMARK_MANIFEST, TRAINING_LATEST
 from aiinfra_pipelines.datasets.loading import load_frames
 from aiinfra_pipelines.environment import build_lake, load_environment
 from aiinfra_pipelines.evaluation.compare import compare_with_production
 from aiinfra_pipelines.evaluation.predict import slice_metrics
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.release.reference import reference_release
 from aiinfra_pipelines.training.resources import MlflowTracking, mlflow_tracking_uri
 from aiinfra_pipelines.training.train import train_perception_model
@@ -56,11 +49,11 @@ def retrain_and_gate(overrides: dict[str, Any]) -> dict[str, Any]:
 
     lake = build_lake(load_environment())
     uri = MlflowTracking().uri()
-    pointer = read_json_if_exists(lake, TRAINING_LATEST)
-    manifest = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    pointer = lake.get_json_or_none(MAIN_BRANCH, TRAINING_LATEST)
+    manifest = lake.get_json_or_none(MAIN_BRANCH, BENCHMARK_MANIFEST)
     if pointer is None or manifest is None:
         raise SystemExit("no training dataset or benchmark on main: run the demo first")
-    rows = pd.read_parquet(io.BytesIO(lake.get_object(pointer["commit"], pointer["rows_key"])))
+    rows = lake.get_parquet(pointer["commit"], pointer["rows_key"])
     frames = load_frames(lake, rows, pointer["commit"])
     warm = reference_warm_start(lake, uri, overrides)
     started = time.monotonic()
@@ -76,9 +69,7 @@ def retrain_and_gate(overrides: dict[str, Any]) -> dict[str, Any]:
         warm_start=warm,
     )
     train_s = time.monotonic() - started
-    benchmark_rows = pd.read_parquet(
-        io.BytesIO(lake.get_object(MAIN_BRANCH, manifest["frames_key"]))
-    )
+    benchmark_rows = lake.get_parquet(MAIN_BRANCH, manifest["frames_key"])
     benchmark = load_frames(lake, benchmark_rows, MAIN_BRANCH)
     candidate = slice_metrics(result.network, benchmark)
     reference = reference_release(lake)

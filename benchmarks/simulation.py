@@ -71,7 +71,7 @@ from aiinfra_pipelines.simulation.scenarios import (
     load_base_scenarios,
     scenario_seeds,
 )
-from aiinfra_pipelines.simulation.settings import seeds_per_scenario, simulation_config
+from aiinfra_pipelines.simulation.settings import EpisodeSettings, RegressionScenarioSettings
 
 SHARDS = 2
 
@@ -80,7 +80,7 @@ def demo_library(extra: int) -> list[Scenario]:
     """The base library plus ``extra`` stand-ins for mined-log scenarios (base scenarios under
     new ids and seeds, as long as simulation.yaml makes regression scenarios)."""
     base = load_base_scenarios()
-    duration = float(simulation_config()["regression_scenarios"]["duration_s"])
+    duration = RegressionScenarioSettings.load().duration_s
     copies = [
         replace(
             base[i % len(base)],
@@ -142,7 +142,7 @@ def report_shard_run(shard: int, extra: int) -> None:
     jobs = [
         SimulationJob(role, s.to_dict(), seed)
         for s in scenarios
-        for seed in scenario_seeds(s, seeds_per_scenario())
+        for seed in scenario_seeds(s, EpisodeSettings.load().seeds_per_scenario)
         for role in first_role.values()
     ]
     results = simulate(jobs, roles)
@@ -186,7 +186,7 @@ def regression_report_cost(extra: int) -> tuple[float, dict]:
 
 def print_report_cost(extra: int, repeats: int) -> None:
     count = len(demo_library(extra))
-    seeds = seeds_per_scenario()
+    seeds = EpisodeSettings.load().seeds_per_scenario
     print(
         f"\nregression report: {count} scenarios x {seeds} seeds x 4 planners "
         f"(production = model zero: 3 simulated), {SHARDS} concurrent shard runs, cold cache"

@@ -33,13 +33,13 @@ from aiinfra_pipelines.ingest.tables import frames_table
 from aiinfra_pipelines.logs.anonymize import anonymize_log
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.training.datamodule import EpochSeededShuffle, PerceptionDataModule
-from aiinfra_pipelines.training.module import (
-    PerceptionModule,
+from aiinfra_pipelines.training.module import PerceptionModule
+from aiinfra_pipelines.training.objective import (
     brightness_jitter,
     images_to_float,
     perception_loss,
 )
-from aiinfra_pipelines.training.train import load_training_config
+from aiinfra_pipelines.training.settings import load_training_config
 
 BENCH_KEY = b"b" * 32
 warnings.filterwarnings("ignore", message=r"You have overridden `on_after_batch_transfer`")

@@ -6,17 +6,13 @@ because a dataset's identity is the commit that holds it, and the training datas
 of the upstream layers.
 """
 
-import io
-import json
-from typing import Any
-
 import dagster as dg
-import pandas as pd
 
+from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.io_manager import parquet_bytes
-from aiinfra_pipelines.lake.layout import DATASETS_PREFIX
+from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects, root_run_id_of
+from aiinfra_pipelines.lake.publish import publish_objects, root_run_id_of
 from aiinfra_pipelines.mining.assets import auto_labels, mined_badcases
 
 from .benchmark import benchmark_log_ids
@@ -28,16 +24,11 @@ from .selection import (
     configured_training_rows,
     next_benchmark_manifest,
     published_frames,
-    read_json_if_exists,
 )
-from .settings import calibration_gates, dataset_settings
+from .settings import CalibrationGates, DatasetSettings
 from .split import split_by_log
 
 GROUP = "datasets"
-
-
-def _json(value: Any) -> bytes:
-    return json.dumps(value, indent=2, sort_keys=True, default=str).encode()
 
 
 class BenchmarkChange(dg.Config):
@@ -75,7 +66,7 @@ def benchmark_set(
         commit = publish_objects(
             lake,
             root_run_id_of(context.run),
-            {rows_key: parquet_bytes(members), BENCHMARK_MANIFEST: _json(manifest)},
+            {rows_key: parquet_bytes(members), BENCHMARK_MANIFEST: json_document(manifest)},
             f"benchmark set {manifest['version']}",
             {
                 "kind": "benchmark",
@@ -105,7 +96,7 @@ def training_dataset(
     The merge commit that publishes it is the dataset's identity; the tag ``dataset-vNNNN``
     points at it and every model trained on it records that commit.
     """
-    settings = dataset_settings()
+    settings = DatasetSettings.load()
     rows, qc = configured_training_rows(lake)
     if rows.empty:
         raise ValueError("no trainable frames: everything is benchmark or held back by label QC")
@@ -122,7 +113,7 @@ def training_dataset(
     commit = publish_objects(
         lake,
         root_run_id_of(context.run),
-        {rows_key: parquet_bytes(dataset), manifest_key: _json(manifest)},
+        {rows_key: parquet_bytes(dataset), manifest_key: json_document(manifest)},
         f"training dataset {version}",
         {"kind": "dataset", "version": version, "dagster_run_id": context.run.run_id},
     )
@@ -136,7 +127,7 @@ def training_dataset(
     publish_objects(
         lake,
         root_run_id_of(context.run),
-        {TRAINING_LATEST: _json(pointer)},
+        {TRAINING_LATEST: json_document(pointer)},
         f"latest training dataset is {version}",
         {"kind": "dataset-pointer", "version": version},
     )
@@ -161,14 +152,16 @@ def calibration_set(context: dg.AssetExecutionContext, lake: VersionedLake) -> d
     Real driving frames with minimum shares per condition (``gates.yaml`` ``calibration``); a
     source that cannot meet them fails here, naming the missing condition.
     """
-    pointer = read_json_if_exists(lake, TRAINING_LATEST)
+    pointer = lake.get_json_or_none(MAIN_BRANCH, TRAINING_LATEST)
     if pointer is None:
         raise ValueError("no training dataset on main: materialize training_dataset first")
-    rows = pd.read_parquet(io.BytesIO(lake.get_object(pointer["commit"], pointer["rows_key"])))
-    samples, min_share = calibration_gates()
+    rows = lake.get_parquet(pointer["commit"], pointer["rows_key"])
+    calibration = CalibrationGates.load()
     # Train and val both: calibration needs coverage, not held-out data (the benchmark is
     # never used, so engine parity is still measured on unseen frames).
-    sample = select_calibration_set(rows, samples, min_share, dataset_settings().seed)
+    sample = select_calibration_set(
+        rows, calibration.samples, calibration.min_share, DatasetSettings.load().seed
+    )
     key = f"{DATASETS_PREFIX}calibration/{pointer['version']}.parquet"
     commit = publish_objects(
         lake,
@@ -182,6 +175,6 @@ def calibration_set(context: dg.AssetExecutionContext, lake: VersionedLake) -> d
             "frames": len(sample),
             "dataset_version": pointer["version"],
             "commit": commit,
-            "coverage": dg.MetadataValue.json(coverage_report(sample, min_share)),
+            "coverage": dg.MetadataValue.json(coverage_report(sample, calibration.min_share)),
         }
     )

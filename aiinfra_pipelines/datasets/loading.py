@@ -8,8 +8,6 @@ next year reads byte-identical frames.
 
 from __future__ import annotations
 
-import io
-
 import pandas as pd
 
 from aiinfra_pipelines.lake.port import VersionedLake
@@ -23,7 +21,7 @@ def load_frames(lake: VersionedLake, rows: pd.DataFrame, ref: str) -> pd.DataFra
         return rows.copy()
     parts = []
     for frames_object, wanted in rows.groupby("frames_object", sort=True):
-        frames = pd.read_parquet(io.BytesIO(lake.get_object(ref, str(frames_object))))
+        frames = lake.get_parquet(ref, str(frames_object))
         pixel_columns = [c for c in frames.columns if c not in wanted.columns or c in FRAME_KEY]
         parts.append(wanted.merge(frames[pixel_columns], on=list(FRAME_KEY), how="inner"))
     loaded = pd.concat(parts, ignore_index=True)

@@ -8,20 +8,15 @@ QC, excluded conditions) it would request retraining forever. So both call these
 
 from __future__ import annotations
 
-import io
-from typing import Any
-
 import pandas as pd
 
-from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.ingest.views import scene_index_view
 from aiinfra_pipelines.lake.io_manager import read_asset_partitions
-from aiinfra_pipelines.lake.layout import DATASETS_PREFIX
+from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
 from .benchmark import benchmark_log_ids, exclude_benchmark, freeze_benchmark
-from .settings import dataset_settings
+from .settings import DatasetSettings, TrainingSelection
 
 BENCHMARK_MANIFEST = f"{DATASETS_PREFIX}benchmark/manifest.json"
 TRAINING_LATEST = f"{DATASETS_PREFIX}training/latest.json"
@@ -38,10 +33,6 @@ REFERENCE_COLUMNS = [
 ]
 
 
-def read_json_if_exists(lake: VersionedLake, key: str, ref: str = MAIN_BRANCH) -> Any | None:
-    return lake.get_json(ref, key) if lake.object_exists(ref, key) else None
-
-
 def published_frames(lake: VersionedLake) -> pd.DataFrame:
     """Reference rows of every frame published to ``main`` by ingestion."""
     index = scene_index_view(lake)
@@ -52,7 +43,7 @@ def published_frames(lake: VersionedLake) -> pd.DataFrame:
 
 def trained_logs(lake: VersionedLake) -> set[str]:
     """Logs of the latest training dataset (they may never become benchmark members)."""
-    latest = read_json_if_exists(lake, TRAINING_LATEST)
+    latest = lake.get_json_or_none(MAIN_BRANCH, TRAINING_LATEST)
     if latest is None:
         return set()
     manifest = lake.get_json(latest["commit"], latest["manifest_key"])
@@ -72,8 +63,8 @@ def next_benchmark_manifest(
     One function for the asset and the retraining sensor, so the sensor's "would a candidate
     have anything to be evaluated on" is the asset's own selection, not an estimate.
     """
-    settings = dataset_settings()
-    existing = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    settings = DatasetSettings.load()
+    existing = lake.get_json_or_none(MAIN_BRANCH, BENCHMARK_MANIFEST)
     manifest = freeze_benchmark(
         existing,
         frames,
@@ -92,13 +83,11 @@ def logs_in_use(lake: VersionedLake) -> frozenset[str]:
     """Logs the latest training dataset trained on or the benchmark holds out: retraining
     cannot learn anything new from them."""
     used: set[str] = set()
-    latest = read_json_if_exists(lake, TRAINING_LATEST)
+    latest = lake.get_json_or_none(MAIN_BRANCH, TRAINING_LATEST)
     if latest is not None:
-        rows = pd.read_parquet(
-            io.BytesIO(lake.get_object(latest["commit"], latest["rows_key"])), columns=["log_id"]
-        )
+        rows = lake.get_parquet(latest["commit"], latest["rows_key"], columns=["log_id"])
         used |= set(rows["log_id"].astype(str))
-    benchmark = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    benchmark = lake.get_json_or_none(MAIN_BRANCH, BENCHMARK_MANIFEST)
     if benchmark is not None:
         used |= {str(log_id) for log_id in benchmark_log_ids(benchmark)}
     return frozenset(used)
@@ -111,7 +100,7 @@ def benchmark_not_ready(lake: VersionedLake) -> str | None:
     training), so a young lake where every slice has been driven once has nothing to score a
     candidate on; training then would only produce a run that fails at ``offline_eval``.
     """
-    existing = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    existing = lake.get_json_or_none(MAIN_BRANCH, BENCHMARK_MANIFEST)
     if existing is not None and benchmark_log_ids(existing):
         return None
     _, manifest = next_benchmark_manifest(lake, published_frames(lake))
@@ -139,7 +128,7 @@ def training_rows(
     frames = published_frames(lake)
     for condition, values in exclude.items():
         frames = frames[~frames[condition].isin(values)]
-    benchmark = read_json_if_exists(lake, BENCHMARK_MANIFEST)
+    benchmark = lake.get_json_or_none(MAIN_BRANCH, BENCHMARK_MANIFEST)
     if benchmark is not None:
         frames = exclude_benchmark(frames, benchmark)
     labels = read_asset_partitions(lake, "auto_labels", MAIN_BRANCH)
@@ -158,21 +147,18 @@ def training_rows(
 
 def configured_training_rows(lake: VersionedLake) -> tuple[pd.DataFrame, dict]:
     """``training_rows`` with the settings of ``resources/datasets.yaml``."""
-    training = load_resource_yaml("datasets.yaml")["training"]
+    selection = TrainingSelection.load()
     return training_rows(
-        lake,
-        float(training["base_fraction"]),
-        dataset_settings().seed,
-        training.get("exclude") or {},
+        lake, selection.base_fraction, DatasetSettings.load().seed, selection.exclude
     )
 
 
 def latest_training_rows(lake: VersionedLake) -> pd.DataFrame:
     """The rows of the newest ``dataset-vNNNN`` (empty before the first dataset)."""
-    latest = read_json_if_exists(lake, TRAINING_LATEST)
+    latest = lake.get_json_or_none(MAIN_BRANCH, TRAINING_LATEST)
     if latest is None:
         return pd.DataFrame(columns=[*FRAME_KEY, "badcase"])
-    return pd.read_parquet(io.BytesIO(lake.get_object(latest["commit"], latest["rows_key"])))
+    return lake.get_parquet(latest["commit"], latest["rows_key"])
 
 
 def unseen_badcases(lake: VersionedLake) -> pd.DataFrame:

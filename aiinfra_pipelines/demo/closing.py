@@ -17,11 +17,21 @@ from rich.console import Console
 from rich.markup import escape
 
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.release.rollout import read_current
+from aiinfra_pipelines.release.rollout_state import RolloutState
+from aiinfra_pipelines.release.rollout_store import read_current
 
 from .daemon import DaemonProcess
 from .fleet_cycle import drive_for_telemetry, fleet_assignment
 from .waiting import Deadline, wait_for_telemetry, wait_until_quiet
+
+
+def _rollout_view(state: RolloutState | None) -> dict[str, Any]:
+    """What the closing drive reports of the current rollout (``None`` values: none yet)."""
+    return {
+        "model_version": state.model_version if state else None,
+        "stage": state.stage if state else None,
+        "status": state.status if state else None,
+    }
 
 
 def closing_drive(
@@ -47,7 +57,7 @@ def closing_drive(
     totals = dict.fromkeys(
         ("rounds", "drives", "candidate_drives", "frames_driven", "telemetry_records"), 0
     )
-    state: dict[str, Any] = {}
+    view = _rollout_view(None)
     last: dict[str, Any] = {}
     for round_number in range(1, max_rounds + 1):
         assignment = fleet_assignment(lake)
@@ -74,11 +84,11 @@ def closing_drive(
         totals["candidate_drives"] += drive.candidate_drives
         totals["frames_driven"] += drive.frames_driven
         totals["telemetry_records"] += drive.telemetry.records
-        state = read_current(lake) or {}
-        last = (state.get("history") or [{}])[-1]
+        state = read_current(lake)
+        view, last = _rollout_view(state), state.last_event if state else {}
         console.print(
-            f"[bold]rollout[/] model version {state.get('model_version')}: {state.get('status')} "
-            f"at {state.get('stage')} — {escape(str(last.get('event', '')))}: "
+            f"[bold]rollout[/] model version {view['model_version']}: {view['status']} "
+            f"at {view['stage']} — {escape(str(last.get('event', '')))}: "
             f"{escape(str(last.get('reason', ''))[:120])}"
         )
         if last.get("event") != "waiting":
@@ -87,7 +97,7 @@ def closing_drive(
         return None
     return {
         **totals,
-        "model_version": state.get("model_version"),
-        "rollout": {"stage": state.get("stage"), "status": state.get("status")},
+        "model_version": view["model_version"],
+        "rollout": {"stage": view["stage"], "status": view["status"]},
         "decision": {"event": last.get("event"), "reason": last.get("reason")},
     }

@@ -17,22 +17,27 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.fleet.drive import drive_fleet_logs
 from aiinfra_pipelines.fleet.landing import LandedBatch
 from aiinfra_pipelines.fleet.simulator import EpisodeDrive
 from aiinfra_pipelines.fleet.vehicles import Vehicle
 from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
-from aiinfra_pipelines.lake.layout import LOG_PREFIX, LOG_SUFFIX, PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.layout import (
+    LOG_PREFIX,
+    LOG_SUFFIX,
+    MAIN_BRANCH,
+    PRODUCTION_POINTER_KEY,
+)
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.operations.landing import LandedTelemetry, land_telemetry
 from aiinfra_pipelines.operations.telemetry import record_from_episode
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.deployed import load_deployed_engine
 from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
 from aiinfra_pipelines.release.cohorts import CANDIDATE_STATUSES, runs_candidate
-from aiinfra_pipelines.release.rollout import SHADOW, read_current
+from aiinfra_pipelines.release.rollout_state import SHADOW, RolloutState
+from aiinfra_pipelines.release.rollout_store import read_current
 from aiinfra_pipelines.vehicle.fleet_upload import (
     FleetOutboxUpload,
     car_folder,
@@ -54,7 +59,7 @@ class FleetAssignment:
 
     production: OnnxRuntimeEngine | None
     candidate: OnnxRuntimeEngine | None
-    rollout: dict | None
+    rollout: RolloutState | None
     cohort: dict[str, str] = field(default_factory=dict)  # VIN → candidate / control
 
     def engine_for(self, vehicle: Vehicle) -> OnnxRuntimeEngine | None:
@@ -72,17 +77,17 @@ class FleetAssignment:
         production = self.production.name if self.production else "rule-planner-0"
         if self.candidate is None or self.rollout is None:
             return f"every car runs {production}"
-        if self.rollout["status"] == SHADOW:
+        if self.rollout.status == SHADOW:
             return f"every car runs {production} with {self.candidate.name} in shadow"
         return (
-            f"cohort {self.rollout['stage']} ({self.rollout['cohort_percent']}%) runs "
+            f"cohort {self.rollout.stage} ({self.rollout.cohort_percent}%) runs "
             f"{self.candidate.name}, the rest {production} with {self.candidate.name} in shadow"
         )
 
 
 def vehicle_engine_threads() -> int:
     """onnxruntime threads of one car's engine (fleet.yaml ``drive_workers``)."""
-    return int(load_resource_yaml("fleet.yaml")["drive_workers"]["engine_intra_op_threads"])
+    return settings_section("fleet.yaml", "drive_workers").int("engine_intra_op_threads")
 
 
 def fleet_assignment(lake: VersionedLake) -> FleetAssignment:
@@ -103,12 +108,12 @@ def fleet_assignment(lake: VersionedLake) -> FleetAssignment:
     candidate = None
     # A candidate in shadow rides along in shadow mode only; in a rollout stage its cohort
     # drives with it; rolled back or completed, it is not a candidate any more.
-    if rollout is not None and rollout["status"] in (SHADOW, *CANDIDATE_STATUSES):
-        onnx = lake.get_object(MAIN_BRANCH, rollout["engine_key"])
+    if rollout is not None and rollout.status in (SHADOW, *CANDIDATE_STATUSES):
+        onnx = lake.get_object(MAIN_BRANCH, rollout.engine_key)
         candidate = OnnxRuntimeEngine(
             onnx,
             spec,
-            name=engine_name(str(rollout["model_version"])),
+            name=engine_name(rollout.model_version),
             batch_size=1,
             intra_op_threads=threads,
         )

@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from aiinfra_pipelines.config import load_resource_yaml, resources_dir
+from aiinfra_pipelines.config import resources_dir
 
-DEMO_CONFIG = "demo.yaml"
+from .settings import DEMO_CONFIG, DemoSettings
 
 
 def deep_merge(base: Any, overlay: Any) -> Any:
@@ -30,10 +30,6 @@ def deep_merge(base: Any, overlay: Any) -> Any:
             merged[key] = deep_merge(base[key], value) if key in base else copy.deepcopy(value)
         return merged
     return copy.deepcopy(overlay)
-
-
-def demo_settings() -> dict[str, Any]:
-    return load_resource_yaml(DEMO_CONFIG)
 
 
 def write_demo_resources(target: Path, overlays: Mapping[str, Any]) -> Path:
@@ -58,6 +54,6 @@ def write_demo_resources(target: Path, overlays: Mapping[str, Any]) -> Path:
 def use_demo_resources(home: Path) -> Path:
     """Write the demo configuration under ``home/demo/resources`` and select it for this
     process and every process it starts (the daemon inherits the environment)."""
-    target = write_demo_resources(home / "demo" / "resources", demo_settings().get("overlays", {}))
+    target = write_demo_resources(home / "demo" / "resources", DemoSettings.load().overlays)
     os.environ["AIINFRA_RESOURCES"] = str(target)
     return target

@@ -18,12 +18,13 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.ingest.pulls import pull_request_counts
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.lake.io_manager import asset_object_base
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH, candidate_certificate_key
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, read_ref
+from aiinfra_pipelines.lake.publish import read_ref
 from aiinfra_pipelines.operations.cost_ledger import (
     LedgerSettings,
     ledger_by_group,
@@ -31,8 +32,7 @@ from aiinfra_pipelines.operations.cost_ledger import (
     run_step_costs,
 )
 from aiinfra_pipelines.operations.storage_use import storage_use
-from aiinfra_pipelines.release.certificate import certificate_key
-from aiinfra_pipelines.release.rollout import read_state
+from aiinfra_pipelines.release.rollout_store import read_state
 
 from .fleet_cycle import FleetUpload
 from .summary import CycleWindow, candidate_report
@@ -72,10 +72,8 @@ def _offline_eval(lake: VersionedLake, run: dg.DagsterRun | None) -> dict[str, A
         return None
     key = asset_object_base(OFFLINE_EVAL, None) + ".json"
     ref = read_ref(lake, run.root_run_id or run.run_id)
-    if not lake.object_exists(ref, key):
-        return None
-    value = lake.get_json(ref, key)
-    return value if value.get("mlflow_run_id") else None
+    value = lake.get_json_or_none(ref, key)
+    return value if value and value.get("mlflow_run_id") else None
 
 
 def benchmark_figures(evaluation: dict[str, Any] | None) -> dict[str, Any]:
@@ -84,7 +82,7 @@ def benchmark_figures(evaluation: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     rows = evaluation.get("candidate") or []
     overall = next((r for r in rows if r.get("slice") == "overall"), {})
-    min_frames = int(load_resource_yaml("gates.yaml")["offline"]["min_slice_frames"])
+    min_frames = settings_section("gates.yaml", "offline").int("min_slice_frames")
     gated = [
         r
         for r in rows
@@ -163,9 +161,9 @@ def release_stages(lake: VersionedLake, newest: str | None) -> dict[str, dict[st
         state = read_state(lake, str(version))
         if state:
             stages[str(version)] = {
-                "stage": state.get("stage"),
-                "status": state.get("status"),
-                "events": [entry.get("event") for entry in state.get("history") or []],
+                "stage": state.stage,
+                "status": state.status,
+                "events": [entry.get("event") for entry in state.history],
             }
     return stages
 
@@ -188,7 +186,9 @@ def cycle_record(
     quarantine = quarantine_view(lake)
     quarantined = int((quarantine["source_branch"] == branch).sum()) if not quarantine.empty else 0
     training = window.runs(instance, "training_cycle")
-    certified = bool(version) and lake.object_exists(MAIN_BRANCH, certificate_key(version))
+    certified = bool(version) and lake.object_exists(
+        MAIN_BRANCH, candidate_certificate_key(version)
+    )
     rollout = read_state(lake, version) if version else None
     certified_at = _certified_at(instance, window) if certified else None
     return {
@@ -202,8 +202,8 @@ def cycle_record(
         "simulation": simulation_figures(lake, version),
         "certified": certified,
         "rollout": {
-            "stage": rollout.get("stage") if rollout else None,
-            "status": rollout.get("status") if rollout else None,
+            "stage": rollout.stage if rollout else None,
+            "status": rollout.status if rollout else None,
         },
         # Every release's rollout as this cycle left it: an earlier cycle's candidate moves on
         # (past its canary) on the telemetry this cycle's fleet drove.

@@ -17,9 +17,14 @@ from rich.table import Table
 
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.lake.io_manager import read_asset_partitions, read_parquet_prefix
+from aiinfra_pipelines.lake.layout import (
+    MAIN_BRANCH,
+    PUBLISHED_TELEMETRY_PREFIX,
+    candidate_certificate_key,
+    candidate_report_key,
+)
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
-from aiinfra_pipelines.release.rollout import PUBLISHED_TELEMETRY_PREFIX, list_states
+from aiinfra_pipelines.release.rollout_store import list_states
 from aiinfra_pipelines.release.shadow import shadow_agreement
 from aiinfra_pipelines.sensors.retrain_sensor import plan_retraining
 from aiinfra_pipelines.status import frames_by_slice
@@ -115,8 +120,7 @@ def print_mining_summary(lake: VersionedLake, partitions: list[str], console: Co
 
 def candidate_report(lake: VersionedLake, version: str, gate: str) -> dict | None:
     """One gate's report of a candidate on ``main`` (None until published)."""
-    key = f"candidates/{version}/reports/{gate}.json"
-    return lake.get_json(MAIN_BRANCH, key) if lake.object_exists(MAIN_BRANCH, key) else None
+    return lake.get_json_or_none(MAIN_BRANCH, candidate_report_key(version, gate))
 
 
 def print_training_summary(
@@ -196,7 +200,7 @@ def print_release_summary(
                     f"  worse than production on {len(within)} scenario(s) by the thresholds, "
                     "within chance on the pooled seeds: " + escape(", ".join(within[:4]))
                 )
-        certified = lake.object_exists(MAIN_BRANCH, f"candidates/{version}/certificate.json")
+        certified = lake.object_exists(MAIN_BRANCH, candidate_certificate_key(version))
         console.print(
             f"[bold]certification[/] model version {version}: "
             + ("certified (signed certificate on main)" if certified else "not certified")
@@ -208,13 +212,12 @@ def print_release_summary(
         "model version", "status", "stage", "cohort %", "last decision", title="rollouts"
     )
     for state in list_states(lake):
-        history = state.get("history") or [{}]
-        last = history[-1]
+        last = state.last_event
         states.add_row(
-            str(state["model_version"]),
-            str(state["status"]),
-            str(state.get("stage")),
-            str(state.get("cohort_percent")),
+            state.model_version,
+            state.status,
+            state.stage,
+            str(state.cohort_percent),
             escape(f"{last.get('event', '')}: {last.get('reason', '')}"[:70]),
         )
     console.print(states)

@@ -16,6 +16,7 @@ import dagster as dg
 from rich.console import Console
 
 from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.runs import IN_FLIGHT, RELEASE_STEP_TAG
 from aiinfra_pipelines.sensors.retrain_sensor import plan_retraining
 from aiinfra_pipelines.sensors.rollout_sensor import plan_release_requests
 from aiinfra_pipelines.sensors.simulation_sensor import RUN_KEY_TAG, plan_regression_runs
@@ -24,12 +25,6 @@ from aiinfra_pipelines.simulation.assets import shard_partition_keys
 from .daemon import DaemonProcess
 
 TERMINAL = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 PUBLISHED_MINING = dg.AssetKey("published_mining")
 POLL_S = 1.0
 WILL_RETRY_TAG = "dagster/will_retry"
@@ -145,7 +140,7 @@ def in_flight_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
 
 
 def describe_run(run: dg.DagsterRun) -> str:
-    what = run.tags.get("dagster/partition") or run.tags.get("aiinfra/release_step") or ""
+    what = run.tags.get("dagster/partition") or run.tags.get(RELEASE_STEP_TAG) or ""
     return f"{run.job_name}{f' [{what}]' if what else ''} {run.status.value.lower()}"
 
 

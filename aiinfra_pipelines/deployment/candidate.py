@@ -7,52 +7,18 @@ verdict, and the lineage (model version, MLflow run, dataset commit, code versio
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
-CANDIDATES_PREFIX = "candidates/"
-LATEST_KEY = f"{CANDIDATES_PREFIX}latest.json"
-IDENTITY_FIELDS: tuple[str, ...] = (
-    "model_version",
-    "registered_model",
-    "mlflow_run_id",
-    "model_uri",
-    "dataset_version",
-    "dataset_commit",
-    "code_version",
-)
-
-
-def candidate_prefix(model_version: str) -> str:
-    return f"{CANDIDATES_PREFIX}{model_version}/"
-
-
-def engine_key(model_version: str, precision: str) -> str:
-    return f"{candidate_prefix(model_version)}{precision}.onnx"
-
-
-def report_key(model_version: str, gate: str) -> str:
-    return f"{candidate_prefix(model_version)}reports/{gate}.json"
-
-
-def manifest_key(model_version: str) -> str:
-    return f"{candidate_prefix(model_version)}manifest.json"
-
-
-def json_bytes(value: Any) -> bytes:
-    """The one encoding of manifests and reports (their SHA-256 is over exactly these bytes)."""
-    return json.dumps(value, indent=2, sort_keys=True, default=str).encode()
+from .payloads import IDENTITY_FIELDS, CandidateIdentity
 
 
 def identity(model: Mapping[str, Any]) -> dict[str, Any]:
-    """The lineage fields of a ``trained_model`` output (or anything carrying them)."""
-    if not model.get("model_version"):
-        raise ValueError(
-            "the trained model has no registry version (model_version): it was trained before "
-            "registration existed; retrain it so the candidate has an identity"
-        )
-    return {name: model.get(name, "") for name in IDENTITY_FIELDS}
+    """The lineage fields of a ``trained_model`` output (or anything carrying them), as JSON.
+
+    Kept for callers that splice the fields into a dict; typed code uses ``CandidateIdentity``.
+    """
+    return CandidateIdentity.from_dict(model).to_dict()
 
 
 def build_manifest(

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from aiinfra_pipelines.config import settings_section
+
 
 @dataclass(frozen=True)
 class EgoCamera:
@@ -40,6 +42,11 @@ class EgoCamera:
     ego_v_px: float
     # Where the camera looks relative to ego's heading (pi: a rear camera looking back).
     yaw_offset_rad: float = 0.0
+
+    @classmethod
+    def load(cls, config: Mapping[str, Any] | None = None) -> EgoCamera:
+        """The front camera of ``fleet.yaml`` (or of ``config``, that whole file as a mapping)."""
+        return cls.from_config(settings_section("fleet.yaml", "camera", config).values)
 
     @classmethod
     def from_config(

@@ -195,7 +195,8 @@ class _ClosedLoop:
         monitor: DegradationMonitor,
         health: SimulatedHealth,
     ) -> None:
-        from aiinfra_pipelines.fleet.sim_env import GroundTruthReader, Lidar
+        from aiinfra_pipelines.fleet.sim_ground_truth import GroundTruthReader
+        from aiinfra_pipelines.fleet.sim_lidar import Lidar
 
         self.setup, self.rng, self.rear_rng = setup, rng, rear_rng
         self.cfg, self.metric_cfg = cfg, metric_cfg

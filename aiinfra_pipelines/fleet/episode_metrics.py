@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from aiinfra_pipelines.fleet.planner import ACTION_NAMES
-from aiinfra_pipelines.fleet.triggers import TriggerConfig, load_trigger_config
+from aiinfra_pipelines.fleet.triggers import TriggerConfig
 from aiinfra_pipelines.logs.model import OtherVehicle
 from aiinfra_pipelines.vehicle.degradation import DEGRADED, MINIMAL_RISK, DegradationStatus
 
@@ -43,7 +43,7 @@ class MetricsConfig:
 
     @classmethod
     def from_triggers(cls, triggers: TriggerConfig | None = None) -> MetricsConfig:
-        rules = (triggers or load_trigger_config()).rules
+        rules = (triggers or TriggerConfig.load()).rules
         return cls(
             hard_brake_mps2=float(rules["hard_brake"].threshold),
             vehicle_length_m=float(rules["low_ttc"].params["vehicle_length_m"]),

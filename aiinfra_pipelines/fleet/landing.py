@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, LOG_PREFIX, LOG_SUFFIX
+from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, LOG_PREFIX, LOG_SUFFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.lake.publish import commit_changes
 
 
 @dataclass(frozen=True)
@@ -40,16 +40,11 @@ def land_batch(
     lake.ensure_repository()
     branch = ingest_branch_name(batch_id)
     lake.create_branch(branch, source_ref=MAIN_BRANCH, exist_ok=True)
-    keys = []
-    total = 0
-    for done, (log_id, data) in enumerate(logs, start=1):
-        key = f"{LOG_PREFIX}{log_id}{LOG_SUFFIX}"
-        lake.put_object(branch, key, data)
-        keys.append(key)
-        total += len(data)
-        if on_progress:
-            on_progress(done, len(logs))
-    commit = lake.commit(
+    puts = [(f"{LOG_PREFIX}{log_id}{LOG_SUFFIX}", data) for log_id, data in logs]
+    keys = [key for key, _ in puts]
+    total = sum(len(data) for _, data in puts)
+    commit = commit_changes(
+        lake,
         branch,
         f"upload batch {batch_id}: {len(keys)} log(s)",
         {
@@ -59,5 +54,8 @@ def land_batch(
             "total_bytes": str(total),
             **(metadata or {}),
         },
+        puts=puts,
+        allow_empty=False,
+        on_put=(lambda done: on_progress(done, len(logs))) if on_progress else None,
     )
     return LandedBatch(branch=branch, commit=commit, keys=keys, total_bytes=total)

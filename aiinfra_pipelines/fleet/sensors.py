@@ -3,7 +3,7 @@
 A real car records several cameras and a LiDAR, compressed, with each sensor's calibration.
 The simulated fleet does the same at little cost: the rear camera is resampled from the canvas
 the front camera already rendered (one gather, no second render), the LiDAR is highway-env's
-own ring of beams against the other vehicles' bodies (``sim_env.Lidar``), and the calibration
+own ring of beams against the other vehicles' bodies (``sim_lidar.Lidar``), and the calibration
 follows from the camera geometry in fleet.yaml — the top-down view is exactly a pinhole
 ``virtual_height_m`` above the ground looking down, so K and the extrinsics are consistent with
 the pixels. Everything here only *describes* the rig (:class:`~aiinfra_pipelines.logs.rig.

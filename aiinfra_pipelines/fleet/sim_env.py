@@ -1,7 +1,7 @@
 """The highway-env adapter: building environments and reading ego state and ground truth.
 
-Everything that touches highway-env internals lives here, so a highway-env upgrade is a
-one-file change. Conventions at this boundary:
+Everything that touches highway-env internals lives here and in the other ``sim_*`` modules,
+so a highway-env upgrade stays inside them. Conventions at this boundary:
 
 * highway-env's world frame is x forward along the road, y *down* in the rendered image (lane
   index grows to the right). Logs use ENU (x east, y north, heading counter-clockwise): we map
@@ -9,16 +9,8 @@ one-file change. Conventions at this boundary:
   steering turns left like in ISO 8855.
 * Ground-truth vehicles are expressed in the ego frame (x ahead, y left) with positions *and
   velocities relative to ego*.
-* ``lane_offset`` comes from the other vehicle's lateral coordinate along ego's path
-  (fleet.yaml ``ground_truth.lane_assignment``): by default the lane ego is on, over that
-  lane's own length, then straight on from its end (:func:`lane_ahead`, what a camera can
-  tell without knowing where ego means to turn); optionally the lanes ego's planned route
-  continues into (:func:`route_lanes`). A vehicle whose body reaches into ego's lane is in it
-  (a car crossing the junction ahead blocks the lane with its nose before its centre
-  arrives), and one beside no path lane gets its offset from its ego-frame lateral position.
-  Projecting onto the current lane alone (fleet-3) was wrong off straight roads: a circular
-  lane's coordinates put every car at the arc's radius, anywhere around the circle, "in ego's
-  lane" (in junctions 43 % of the near "ego lane" cars sat 2.5-19 m to the side).
+* Lane assignment of surrounding vehicles is in :mod:`.sim_lanes`, their ground truth and
+  plates in :mod:`.sim_ground_truth`, the LiDAR model in :mod:`.sim_lidar`.
 """
 
 from __future__ import annotations
@@ -39,11 +31,9 @@ import highway_env  # noqa: F401  (import registers the highway-env environments
 import numpy as np
 from highway_env import utils as he_utils
 from highway_env.envs.common.graphics import EnvViewer
-from highway_env.road.lane import StraightLane
 
 from aiinfra_pipelines.fleet.camera import EgoCamera
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
-from aiinfra_pipelines.logs.model import OtherVehicle
 
 
 @dataclass(frozen=True)
@@ -167,64 +157,6 @@ def render_frame(env: gym.Env, camera: EgoCamera) -> np.ndarray:
     return camera.image_from_canvas(canvas, heading)
 
 
-class Lidar:
-    """A ring of beams against highway-env's vehicle and obstacle bodies: LiDAR returns.
-
-    The same model as highway-env's ``LidarObservation`` (each beam's range to the nearest
-    solid body's rectangle, nothing beyond ``range_m``), computed for all beams and body edges
-    at once in numpy: ``LidarObservation.trace`` loops over beams in Python and cost ~2 ms a
-    step, a sixth of the whole drive step. A beam that hits nothing returns no point, as a real
-    LiDAR's would. Points are (x ahead, y left, z up) metres in the lidar's frame at ego's
-    centre (its mounting height is the static transform's).
-    """
-
-    def __init__(self, beams: int, range_m: float) -> None:
-        self._range_m = float(range_m)
-        angles = np.arange(int(beams)) * (2.0 * math.pi / int(beams))
-        self._directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)  # world, y down
-
-    def _edges(self, env: gym.Env, origin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(start, direction) of every edge of every solid body that can be in range."""
-        base = env.unwrapped
-        starts, vectors = [], []
-        for body in [*base.road.vehicles, *base.road.objects]:
-            if body is base.vehicle or not getattr(body, "solid", True):
-                continue
-            if float(np.hypot(*(body.position - origin))) > self._range_m + float(body.LENGTH):
-                continue
-            corners = np.asarray(body.polygon()[:4], dtype=float)
-            starts.append(corners)
-            vectors.append(np.roll(corners, -1, axis=0) - corners)
-        if not starts:
-            return np.zeros((0, 2)), np.zeros((0, 2))
-        return np.concatenate(starts), np.concatenate(vectors)
-
-    def scan(self, env: gym.Env) -> np.ndarray:
-        """N x 3 float32 returns of the current state."""
-        ego = env.unwrapped.vehicle
-        origin = np.asarray(ego.position, dtype=float)
-        starts, edges = self._edges(env, origin)
-        d = self._directions
-        distances = np.full(len(d), self._range_m)
-        if len(starts):
-            w = starts - origin  # (M, 2)
-            den = d[:, None, 0] * edges[None, :, 1] - d[:, None, 1] * edges[None, :, 0]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t = (w[:, 0] * edges[:, 1] - w[:, 1] * edges[:, 0])[None, :] / den
-                u = (w[None, :, 0] * d[:, None, 1] - w[None, :, 1] * d[:, None, 0]) / den
-            valid = (den != 0) & (t >= 0) & (u >= 0) & (u <= 1)
-            distances = np.minimum(distances, np.where(valid, t, np.inf).min(axis=1))
-        hit = distances < self._range_m
-        world = d[hit] * distances[hit, None]
-        heading = float(ego.heading)
-        forward = np.array([math.cos(heading), math.sin(heading)])
-        left = np.array([math.sin(heading), -math.cos(heading)])  # y is down in highway-env
-        points = np.zeros((int(hit.sum()), 3), dtype=np.float32)
-        points[:, 0] = world @ forward
-        points[:, 1] = world @ left
-        return points
-
-
 @dataclass(frozen=True)
 class EgoFootprint:
     """Ego's body as a collision sees it: its size, and whether it spans a lane boundary.
@@ -255,95 +187,6 @@ def ego_footprint(env: gym.Env) -> EgoFootprint:
     )
 
 
-def lane_ahead(env: gym.Env, ahead_m: float) -> list[Any]:
-    """Ego's lane, then straight on from its end along its final heading, for ``ahead_m``.
-
-    What the camera can tell without knowing where ego means to go: the lane it is in (a
-    junction's turn arc only over the arc itself) and the road straight ahead beyond it.
-    """
-    lane = env.unwrapped.vehicle.lane
-    end = lane.position(lane.length, 0.0)
-    heading = float(lane.heading_at(lane.length))
-    direction = np.array([math.cos(heading), math.sin(heading)])
-    straight_on = StraightLane(end, end + ahead_m * direction, width=lane.width_at(lane.length))
-    return [lane, straight_on]
-
-
-def route_lanes(env: gym.Env, ahead_m: float, max_lanes: int) -> list[Any]:
-    """Ego's lane and the lanes its planned route continues into, until ``ahead_m`` is covered.
-
-    highway-env's own ``next_lane`` picks the continuation (the planned route where ego has one,
-    else the geometrically closest lane); it pops the route it is given, so it gets a copy.
-    """
-    base = env.unwrapped
-    ego = base.vehicle
-    network = base.road.network
-    index = ego.lane_index
-    lanes = [network.get_lane(index)]
-    seen = {index}
-    longitudinal, _ = lanes[0].local_coordinates(ego.position)
-    covered = float(lanes[0].length) - float(longitudinal)
-    route = list(getattr(ego, "route", None) or [])
-    position = ego.position
-    while covered < ahead_m and len(lanes) < max_lanes:
-        # Where ego has left its planned route (a lane change in the ring), follow the road
-        # geometry instead; highway-env would log a warning per call for the stale route.
-        if route and route[0][:2] == index[:2]:
-            route.pop(0)
-        if route and route[0][0] != index[1]:
-            route = []
-        index = network.next_lane(index, route=route, position=position)
-        if index in seen:
-            break
-        seen.add(index)
-        lane = network.get_lane(index)
-        lanes.append(lane)
-        covered += float(lane.length)
-        position = lane.position(0.0, 0.0)
-    return lanes
-
-
-def route_lane_offset(
-    position: np.ndarray,
-    lanes: list[Any],
-    first_lane_from_m: float,
-    margin_m: float,
-    body: np.ndarray | None = None,
-) -> int | None:
-    """The lane offset (+1 left) of a vehicle at ``position`` against the route ``lanes``.
-
-    A lane counts only over its own length (plus ``margin_m`` at the seams; the current lane
-    from ``first_lane_from_m``, which may reach back before its start to see cars behind ego);
-    the lane the vehicle's centre is laterally closest to wins. A vehicle whose ``body``
-    (corner points) reaches into ego's lane is in ego's lane whatever its centre says: a car
-    crossing the junction ahead, or cutting in, blocks the lane with its nose long before its
-    centre arrives, and that is what the camera shows and the planner must brake for.
-    ``None`` when no route lane is beside the centre or the body.
-    """
-    centre = _point_lane_offset(position, lanes, first_lane_from_m, margin_m)
-    if centre != 0 and body is not None:
-        for corner in body:
-            if _point_lane_offset(corner, lanes, first_lane_from_m, margin_m) == 0:
-                return 0
-    return centre
-
-
-def _point_lane_offset(
-    point: np.ndarray, lanes: list[Any], first_lane_from_m: float, margin_m: float
-) -> int | None:
-    best: tuple[float, int] | None = None
-    for i, lane in enumerate(lanes):
-        longitudinal, lateral = lane.local_coordinates(point)
-        lower = first_lane_from_m if i == 0 else -margin_m
-        if not lower <= float(longitudinal) <= float(lane.length) + margin_m:
-            continue
-        width = float(lane.width_at(longitudinal))
-        offset = -math.floor(float(lateral) / width + 0.5)
-        if best is None or abs(float(lateral)) < best[0]:
-            best = (abs(float(lateral)), offset)
-    return None if best is None else best[1]
-
-
 def ego_state(env: gym.Env) -> EgoState:
     """Read the controlled vehicle's kinematics and lane in ENU conventions."""
     base = env.unwrapped
@@ -365,171 +208,6 @@ def ego_state(env: gym.Env) -> EgoState:
         road_edge=f"{start}->{end}",
         crashed=bool(ego.crashed),
     )
-
-
-class GroundTruthReader:
-    """Surrounding vehicles as ``OtherVehicle`` records, with stable per-episode ids."""
-
-    def __init__(self, config: FleetConfig | None = None) -> None:
-        cfg = fleet_config(config)
-        self._range_m = float(cfg["ground_truth"]["range_m"])
-        assignment = cfg["ground_truth"]["lane_assignment"]
-        self._behind_m = float(assignment["behind_m"])
-        self._seam_margin_m = float(assignment["seam_margin_m"])
-        self._max_route_lanes = int(assignment["max_route_lanes"])
-        self._path = str(assignment["path"])
-        if self._path not in ("lane_ahead", "route"):
-            raise ValueError(f"lane_assignment.path must be lane_ahead or route, got {self._path}")
-        self._plate = cfg["camera"]["plate"]
-        self._camera = EgoCamera.from_config(cfg["camera"])
-        self._ids: dict[int, int] = {}
-        self._alive: list[object] = []  # keep objects referenced so id() is never reused
-
-    def read(
-        self,
-        env: gym.Env,
-        image: np.ndarray | None = None,
-        rear_image: np.ndarray | None = None,
-        rear_camera: EgoCamera | None = None,
-    ) -> list[OtherVehicle]:
-        """Vehicles within range; paints their plates into ``image`` (from ``render_frame``).
-
-        Plate boxes go through the camera's world-to-pixel mapping at ego's current pose, so
-        they line up with the rendered frame. With a ``rear_image`` (of ``rear_camera``) the
-        front plates of the cars it sees are painted there too, and boxed for anonymization.
-        """
-        base = env.unwrapped
-        ego = base.vehicle
-        heading = -float(ego.heading)
-        cos_h, sin_h = math.cos(heading), math.sin(heading)
-        ego_pos = _enu(ego.position)
-        ego_vel = _enu(ego.velocity)
-        if self._path == "route":
-            lanes = route_lanes(env, self._range_m, self._max_route_lanes)
-        else:
-            lanes = lane_ahead(env, self._range_m)
-        ego_longitudinal, _ = lanes[0].local_coordinates(ego.position)
-        first_lane_from = min(0.0, float(ego_longitudinal) - self._behind_m)
-        others = []
-        for vehicle in base.road.vehicles:
-            if vehicle is ego:
-                continue
-            delta = _enu(vehicle.position) - ego_pos
-            if float(np.hypot(*delta)) > self._range_m:
-                continue
-            rel_vel = _enu(vehicle.velocity) - ego_vel
-            x = float(cos_h * delta[0] + sin_h * delta[1])
-            y = float(-sin_h * delta[0] + cos_h * delta[1])
-            lane_offset = route_lane_offset(
-                vehicle.position,
-                lanes,
-                first_lane_from,
-                self._seam_margin_m,
-                body=vehicle.polygon()[:4],
-            )
-            if lane_offset is None:
-                lane_offset = math.floor(y / float(lanes[0].width_at(0.0)) + 0.5)
-            box = None
-            if image is not None:
-                box = self._paint_plate(image, self._camera, vehicle, ego, at_front=False)
-            rear_box = None
-            if rear_image is not None and rear_camera is not None:
-                rear_box = self._paint_plate(rear_image, rear_camera, vehicle, ego, at_front=True)
-            others.append(
-                OtherVehicle(
-                    vehicle_id=self._id_of(vehicle),
-                    x=x,
-                    y=y,
-                    vx=float(cos_h * rel_vel[0] + sin_h * rel_vel[1]),
-                    vy=float(-sin_h * rel_vel[0] + cos_h * rel_vel[1]),
-                    lane_offset=int(lane_offset),
-                    plate_box=box,
-                    rear_plate_box=rear_box,
-                )
-            )
-        return others
-
-    def crashed_ids(self, env: gym.Env) -> set[int]:
-        """Ids (as :meth:`read` gives them) of the other vehicles highway-env marked crashed.
-
-        highway-env flags both vehicles of a collision, so the one ego hit is among these.
-        """
-        base = env.unwrapped
-        return {
-            self._id_of(vehicle)
-            for vehicle in base.road.vehicles
-            if vehicle is not base.vehicle and bool(getattr(vehicle, "crashed", False))
-        }
-
-    def _id_of(self, vehicle: object) -> int:
-        key = id(vehicle)
-        if key not in self._ids:
-            self._ids[key] = len(self._ids) + 1
-            self._alive.append(vehicle)
-        return self._ids[key]
-
-    def _paint_plate(
-        self, image: np.ndarray, camera: EgoCamera, vehicle: Any, ego: Any, at_front: bool
-    ) -> tuple[int, int, int, int] | None:
-        box = self._plate_box(vehicle, ego, image.shape[1], image.shape[0], camera, at_front)
-        if box is not None:
-            paint_plate(image, box, self._plate, self._id_of(vehicle))
-        return box
-
-    def _plate_box(
-        self,
-        vehicle: Any,
-        ego: Any,
-        width_px: int,
-        height_px: int,
-        camera: EgoCamera | None = None,
-        at_front: bool = False,
-    ) -> tuple[int, int, int, int] | None:
-        """Pixel box ``(x0, y0, x1, y1)``, end-exclusive, of the plate at the vehicle's rear
-        (``at_front``: its front plate, what a rear camera sees of the cars behind)."""
-        h = float(vehicle.heading)
-        forward = np.array([math.cos(h), math.sin(h)])
-        side = np.array([-math.sin(h), math.cos(h)])
-        end = 1.0 if at_front else -1.0
-        rear = np.asarray(vehicle.position, dtype=float) + end * forward * vehicle.LENGTH / 2.0
-        half_w = float(self._plate["width_m"]) / 2.0
-        depth = float(self._plate["depth_m"])
-        corners = np.array(
-            [rear + s * half_w * side - end * d * forward for s in (-1, 1) for d in (0.0, depth)]
-        )
-        camera = camera or self._camera
-        pixels = camera.to_pixels(corners, np.asarray(ego.position), float(ego.heading))
-        x0, y0 = np.floor(pixels.min(axis=0)).astype(int)
-        x1, y1 = np.ceil(pixels.max(axis=0)).astype(int)
-        min_size = int(self._plate["min_size_px"])
-        x1, y1 = max(x1, x0 + min_size), max(y1, y0 + min_size)
-        x0, x1 = max(0, int(x0)), min(width_px, int(x1))
-        y0, y1 = max(0, int(y0)), min(height_px, int(y1))
-        if x1 <= x0 or y1 <= y0:
-            return None
-        return int(x0), int(y0), int(x1), int(y1)
-
-
-def paint_plate(
-    image: np.ndarray, box: tuple[int, int, int, int], plate: Mapping[str, Any], number: int
-) -> None:
-    """A readable plate at ``box``: the plate colour with dark glyph pixels on it.
-
-    The glyphs are what makes a plate personal data, so they are what anonymization must
-    remove and what the cloud's check looks for: a flattened plate has no contrast left in its
-    box. Every ``glyph_period``-th pixel along the diagonal is a glyph, shifted by the vehicle's
-    ``number`` so that two plates do not read alike.
-    """
-    x0, y0, x1, y1 = box
-    region = image[y0:y1, x0:x1]
-    region[...] = np.asarray(plate["color_rgb"], dtype=np.uint8)
-    period = int(plate["glyph_period"])
-    rows, cols = np.indices(region.shape[:2])
-    region[(rows + cols + number) % period == 0] = np.asarray(plate["glyph_rgb"], dtype=np.uint8)
-
-
-def _enu(vector: Any) -> np.ndarray:
-    return np.array([float(vector[0]), -float(vector[1])])
 
 
 def _wrap(angle: float) -> float:

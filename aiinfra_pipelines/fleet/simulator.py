@@ -33,7 +33,6 @@ from aiinfra_pipelines.fleet.triggers import (
     TriggerConfig,
     evaluate_triggers,
     events_in,
-    load_trigger_config,
     select_segments,
 )
 from aiinfra_pipelines.fleet.vehicles import (
@@ -114,7 +113,7 @@ def drive_episode_with_metrics(
     """:func:`drive_episode`, also returning the episode's closed-loop metrics (including
     ``shadow_engine``'s agreement with the driven decisions when one runs in shadow)."""
     cfg = fleet_config(config)
-    trig = triggers or load_trigger_config()
+    trig = triggers or TriggerConfig.load()
     rig = SensorRig.from_config(cfg)
     recording = _record_episode(
         vehicle, episode_index, seed, conditions, cfg, engine, shadow_engine, rig
@@ -187,7 +186,7 @@ def drive_fleet(
     (perceives and plans, never acts). Conditions follow fleet.yaml's ``conditions`` mix.
     """
     cfg = fleet_config(config)
-    trig = triggers or load_trigger_config()
+    trig = triggers or TriggerConfig.load()
     vehicles = build_fleet(n_vehicles, software_version, cfg)
     plan = plan_conditions([v.city for v in vehicles], episodes, seed, cfg)
     jobs = []

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.logs.model import Frame, TriggerEvent
 
 TRIGGERS_CONFIG_FILE = "triggers.yaml"
@@ -46,6 +46,40 @@ class TriggerConfig:
     min_frames: int
     merge_gap_s: float = 0.0
 
+    @classmethod
+    def load(cls, config: Mapping[str, Any] | None = None) -> TriggerConfig:
+        """Parse ``config`` (a triggers.yaml mapping) or the deployed ``resources/triggers.yaml``.
+
+        Unknown rule names are an error, not a silent no-op: a typo in the file must not
+        disable a trigger unnoticed.
+        """
+        triggers = settings_section(TRIGGERS_CONFIG_FILE, "", config)
+        declared = triggers.section("rules")
+        rules: dict[str, TriggerRule] = {}
+        for name in declared.values:
+            if name not in RULE_EVALUATORS:
+                raise ValueError(f"unknown trigger rule {name!r}; known: {sorted(RULE_EVALUATORS)}")
+            spec = declared.section(name)
+            if not spec.bool("enabled", True):
+                continue
+            threshold = spec.raw("threshold", None)
+            rules[name] = TriggerRule(
+                name=name,
+                pre_s=spec.float("pre_s"),
+                post_s=spec.float("post_s"),
+                cooldown_s=spec.float("cooldown_s", 0.0),
+                threshold=None if threshold is None else spec.float("threshold"),
+                params={k: spec.float(k) for k in spec.values if k not in _RESERVED_KEYS},
+            )
+        segments = triggers.section("segments")
+        return cls(
+            version=triggers.str("version"),
+            rules=rules,
+            max_segment_s=segments.float("max_segment_s"),
+            min_frames=segments.int("min_frames"),
+            merge_gap_s=segments.float("merge_gap_s", 0.0),
+        )
+
 
 @dataclass(frozen=True)
 class FrameContext:
@@ -67,38 +101,6 @@ class FrameContext:
 
 
 _RESERVED_KEYS = {"enabled", "pre_s", "post_s", "cooldown_s", "threshold"}
-
-
-def load_trigger_config(source: Mapping[str, Any] | None = None) -> TriggerConfig:
-    """Parse ``source`` (a triggers.yaml mapping) or the deployed ``resources/triggers.yaml``.
-
-    Unknown rule names are an error, not a silent no-op: a typo in the file must not disable
-    a trigger unnoticed.
-    """
-    raw = load_resource_yaml(TRIGGERS_CONFIG_FILE) if source is None else source
-    rules: dict[str, TriggerRule] = {}
-    for name, spec in raw["rules"].items():
-        if name not in RULE_EVALUATORS:
-            raise ValueError(f"unknown trigger rule {name!r}; known: {sorted(RULE_EVALUATORS)}")
-        if not spec.get("enabled", True):
-            continue
-        threshold = spec.get("threshold")
-        rules[name] = TriggerRule(
-            name=name,
-            pre_s=float(spec["pre_s"]),
-            post_s=float(spec["post_s"]),
-            cooldown_s=float(spec.get("cooldown_s", 0.0)),
-            threshold=None if threshold is None else float(threshold),
-            params={k: float(v) for k, v in spec.items() if k not in _RESERVED_KEYS},
-        )
-    segments = raw["segments"]
-    return TriggerConfig(
-        version=str(raw["version"]),
-        rules=rules,
-        max_segment_s=float(segments["max_segment_s"]),
-        min_frames=int(segments["min_frames"]),
-        merge_gap_s=float(segments.get("merge_gap_s", 0.0)),
-    )
 
 
 # --- rule signals: (fired, value) for frame i ---------------------------------------------

@@ -15,12 +15,12 @@ import dagster as dg
 import pandas as pd
 from pydantic import Field
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.lake.audits import RequiredAudit, verify_audits
 from aiinfra_pipelines.lake.io_manager import asset_object_base
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import (
-    MAIN_BRANCH,
     ensure_run_branch,
     publish_run_branch,
     root_run_id_of,
@@ -29,7 +29,6 @@ from aiinfra_pipelines.lake.publish import (
 from aiinfra_pipelines.parallel import PoolSettings
 
 from .batch import (
-    BatchResult,
     LogOutcome,
     batch_record_key,
     ingest_batch,
@@ -37,12 +36,12 @@ from .batch import (
 )
 from .discovery import batch_log_keys
 from .expectations import suite_names
+from .metadata import scene_index_metadata, validated_logs_metadata
 from .partitions import BatchRef, ingest_batch_partitions
 from .resources import AnonymizationKey
-from .verdicts import ACCEPTED, ALREADY_INGESTED, DUPLICATE, JUDGED, QUARANTINED
+from .verdicts import JUDGED, QUARANTINED
 
 GROUP = "ingest"
-SOURCE_COMMIT_TAG = "aiinfra/source_commit"
 RETRY = dg.RetryPolicy(
     max_retries=3, delay=1, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.FULL
 )
@@ -65,19 +64,6 @@ def required_audits(partition: str) -> list[RequiredAudit]:
     checks = [("anonymized_frames", "anonymized_frames_have_no_pii")]
     checks += [("scene_index", f"gx_{name}") for name in suite_names("scene_index")]
     return [RequiredAudit(a, c, audited_object_key(a, partition)) for a, c in checks]
-
-
-def _verdict_table_md(result: BatchResult, rows: int) -> str:
-    lines = ["| log | verdict | frames | reasons / duplicate of |", "| --- | --- | --- | --- |"]
-    for outcome in result.outcomes[:rows]:
-        detail = ",".join(code for code, _ in outcome.reasons) or outcome.duplicate_of
-        lines.append(
-            f"| `{outcome.location.key}` | {outcome.verdict} | {outcome.frames} | "
-            f"{detail.replace('|', '/')} |"
-        )
-    if len(result.outcomes) > rows:
-        lines.append(f"| … {len(result.outcomes) - rows} more in the table | | | |")
-    return "\n".join(lines)
 
 
 class IngestBatchConfig(dg.Config):
@@ -181,23 +167,11 @@ def ingest_batch_logs(
         revalidate_quarantined=config.revalidate_quarantined,
     )
     stage_batch_records(lake, result, run_branch, main_ref, context.run.run_id)
-    counts = result.counts()
-    rows = int(load_resource_yaml("ingest.yaml")["metadata_rows"])
-    keys_by = {v: [o.location.key for o in result.by_verdict(v)] for v in counts}
+    rows = settings_section("ingest.yaml").int("metadata_rows")
     yield dg.Output(
         result.verdicts(),
         output_name="validated_drive_logs",
-        metadata={
-            **{f"logs_{verdict}": count for verdict, count in counts.items()},
-            "verdicts": dg.MetadataValue.md(_verdict_table_md(result, rows)),
-            "accepted": dg.MetadataValue.json(keys_by[ACCEPTED]),
-            "quarantined": dg.MetadataValue.json(keys_by[QUARANTINED]),
-            "duplicates": dg.MetadataValue.json(keys_by[DUPLICATE] + keys_by[ALREADY_INGESTED]),
-            "index_only_segments": sum(
-                o.kind == "index" and o.verdict == ACCEPTED for o in result.outcomes
-            ),
-            "workers": pool.workers,
-        },
+        metadata=validated_logs_metadata(result, rows, pool.workers),
     )
     manifest = result.frames_manifest()
     yield dg.Output(
@@ -206,16 +180,7 @@ def ingest_batch_logs(
         metadata={"logs": len(manifest["logs"]), "frames": manifest["frames"]},
     )
     index = result.scene_index()
-    slices = index["slice"].value_counts().to_dict() if len(index) else {}
-    yield dg.Output(
-        index,
-        output_name="scene_index",
-        metadata={
-            "frames": len(index),
-            "slices": dg.MetadataValue.json({str(k): int(v) for k, v in slices.items()}),
-            "dagster/row_count": len(index),
-        },
-    )
+    yield dg.Output(index, output_name="scene_index", metadata=scene_index_metadata(index))
 
 
 @dg.asset(

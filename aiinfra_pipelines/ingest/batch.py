@@ -130,11 +130,7 @@ def ingest_log(job: LogJob) -> LogOutcome:
     data = lake.get_object(job.batch.commit, job.key)
     sha256 = hashlib.sha256(data).hexdigest()
     outcome = LogOutcome(location, job.batch.commit, sha256, len(data), ACCEPTED)
-    earlier = (
-        lake.get_json(job.main_ref, content_key(sha256))
-        if lake.object_exists(job.main_ref, content_key(sha256))
-        else None
-    )
+    earlier = lake.get_json_or_none(job.main_ref, content_key(sha256))
     if earlier is not None and not (
         job.revalidate_quarantined and earlier.get("verdict") == QUARANTINED
     ):

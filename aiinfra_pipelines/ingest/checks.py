@@ -1,6 +1,5 @@
 """Blocking audits that stand between ingestion's writes and the publish to ``main``."""
 
-import io
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +38,7 @@ def pii_leaks_of_log(job: PiiJob) -> list[str]:
     if stored != job.checksum:  # audit what the manifest names, nothing else
         return [f"{job.frames_object} changed after ingestion (checksum {stored[:12]})"]
     raw = read_drive_log(lake.get_object(job.raw_commit, job.raw_key))
-    table = pd.read_parquet(io.BytesIO(lake.get_object(job.frames_ref, job.frames_object)))
+    table = lake.get_parquet(job.frames_ref, job.frames_object)
     coordinates = {(frame.latitude, frame.longitude) for frame in raw.frames}
     leaks = find_pii_leaks(table, {raw.metadata["vin"]}, coordinates)
     return [f"{job.raw_key}: {leak}" for leak in leaks]

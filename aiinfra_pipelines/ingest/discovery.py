@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 from aiinfra_pipelines.lake.errors import InvalidKeyError, NotFoundError
 from aiinfra_pipelines.lake.keys import validate_key
-from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, LOG_PREFIX
+from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, LOG_PREFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import CommitInfo, DiffEntry, VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
 from .partitions import BatchRef, is_drive_log_key
 

@@ -20,13 +20,10 @@ from aiinfra_pipelines.logs.anonymize import (
     default_gps_decimals,
 )
 from aiinfra_pipelines.logs.reader import rate_hz
-from aiinfra_pipelines.logs.validation import (
-    Reason,
-    check_metadata,
-    check_signal,
-    check_timing,
-    resolve_rules,
-)
+from aiinfra_pipelines.logs.validation_content import check_signal, check_timing
+from aiinfra_pipelines.logs.validation_metadata import check_metadata
+from aiinfra_pipelines.logs.validation_report import Reason
+from aiinfra_pipelines.logs.validation_rules import resolve_rules
 from aiinfra_pipelines.vehicle.index_only import FRAME_SIGNALS, INDEX_RECORD_KIND
 
 from .tables import scene_index_table, trigger_rule_names

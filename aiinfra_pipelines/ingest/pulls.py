@@ -16,7 +16,6 @@ answers ride the ingest merge of the batch that carried them.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,12 +24,13 @@ from typing import Any
 
 import pandas as pd
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.ingest.views import raw_available
+from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.errors import NotFoundError
-from aiinfra_pipelines.lake.layout import PULLS_PREFIX
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH, PULLS_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
+from aiinfra_pipelines.lake.publish import publish_objects
 
 OPEN, SERVED, CLOSED, EXPIRED = "open", "served", "closed", "expired"
 
@@ -40,7 +40,7 @@ def pull_key(log_id: str) -> str:
 
 
 def max_open_days() -> float:
-    return float(load_resource_yaml("ingest.yaml")["pulls"]["max_open_days"])
+    return settings_section("ingest.yaml", "pulls").float("max_open_days")
 
 
 def pull_requests(
@@ -132,7 +132,7 @@ def request_raw_segments(
             # What the car said it holds: the raw log that answers must be these bytes.
             "raw_sha256": _indexed_sha256(lake, row),
         }
-        objects[pull_key(log_id)] = _json(record)
+        objects[pull_key(log_id)] = json_document(record)
         result.requested.append(log_id)
     if objects:
         result.merge_commit = publish_objects(
@@ -166,10 +166,6 @@ def _index_only_logs(index_rows: pd.DataFrame) -> dict[str, Mapping[str, Any]]:
     return {row["log_id"]: row for _, row in rows.iterrows() if row["log_id"] not in raw}
 
 
-def _json(record: Mapping[str, Any]) -> bytes:
-    return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
-
-
 def answered(
     lake: VersionedLake,
     main_ref: str,
@@ -190,7 +186,7 @@ def answered(
     for log_id, why in (refused or {}).items():
         request = _open_request(lake, main_ref, log_id)
         if request is not None:
-            updates[pull_key(log_id)] = _json(
+            updates[pull_key(log_id)] = json_document(
                 {
                     **request,
                     "status": CLOSED,
@@ -212,11 +208,11 @@ def answered(
             }
         else:
             answer = {"status": SERVED, "served_by": dict(where)}
-        updates[pull_key(log_id)] = _json({**request, **answer, "answered_at": now})
+        updates[pull_key(log_id)] = json_document({**request, **answer, "answered_at": now})
     for log_id, notice in unservable.items():
         request = _open_request(lake, main_ref, log_id)
         if request is not None:
-            updates[pull_key(log_id)] = _json(
+            updates[pull_key(log_id)] = json_document(
                 {
                     **request,
                     "status": CLOSED,

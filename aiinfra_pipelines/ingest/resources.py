@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 from pydantic import Field
 
-from aiinfra_pipelines.config import dagster_home, load_resource_yaml
+from aiinfra_pipelines.config import dagster_home, settings_section
 from aiinfra_pipelines.logs.anonymize import load_or_create_dev_key
 
 DEV_KEY_PATH = ("keys", "anonymization.key")
@@ -31,7 +31,7 @@ class AnonymizationKey(dg.ConfigurableResource):
                 key = bytes.fromhex(self.key_hex)
             except ValueError as error:
                 raise ValueError("AIINFRA_ANON_KEY must be a hex string") from error
-            minimum = int(load_resource_yaml("logs.yaml")["anonymization"]["min_key_bytes"])
+            minimum = settings_section("logs.yaml", "anonymization").int("min_key_bytes")
             if len(key) < minimum:
                 raise ValueError(f"AIINFRA_ANON_KEY is {len(key)} bytes; at least {minimum} needed")
             return key

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pandas as pd
 
 from aiinfra_pipelines.lake.io_manager import read_asset_partitions, read_parquet_prefix
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
 from .quarantine import QUARANTINE_PREFIX
 

@@ -18,9 +18,9 @@ from aiinfra_pipelines.lake.keys import (
     validate_prefix,
     validate_tag_name,
 )
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.port import (
-    DEFAULT_BRANCH,
     BranchInfo,
     CommitInfo,
     DiffEntry,
@@ -29,7 +29,7 @@ from aiinfra_pipelines.lake.port import (
 )
 
 __all__ = [
-    "DEFAULT_BRANCH",
+    "MAIN_BRANCH",
     "BranchExistsError",
     "BranchInfo",
     "CommitInfo",

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .encoding import json_document
 from .errors import LakeError
 from .port import VersionedLake
-from .publish import ensure_run_branch, run_branch_name
+from .publish import commit_changes, ensure_run_branch, run_branch_name
 
 AUDIT_PREFIX = "audits/"
 
@@ -46,9 +47,7 @@ def record_audit(
 ) -> None:
     branch = ensure_run_branch(lake, root_run_id)
     checksum = lake.stat_object(branch, audited_key).checksum
-    lake.put_json(
-        branch,
-        audit_key(asset, check, partition),
+    record = json_document(
         {
             "asset": asset,
             "check": check,
@@ -57,12 +56,15 @@ def record_audit(
             "checksum": checksum,
             "passed": passed,
             "dagster_run_id": dagster_run_id,
-        },
+        }
     )
-    lake.commit(
+    commit_changes(
+        lake,
         branch,
         f"audit {check} on {asset}" + (f" [{partition}]" if partition else "") + f": {passed}",
         {"kind": "audit", "check": check, "passed": str(passed).lower()},
+        puts={audit_key(asset, check, partition): record},
+        allow_empty=False,
     )
 
 

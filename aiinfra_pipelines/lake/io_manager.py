@@ -136,7 +136,7 @@ class LakeIOManager(dg.ConfigurableIOManager):
 def read_parquet_prefix(lake: VersionedLake, ref: str, prefix: str) -> pd.DataFrame:
     """Every Parquet object under ``prefix`` at ``ref``, concatenated (empty frame if none)."""
     tables = [
-        pd.read_parquet(io.BytesIO(lake.get_object(ref, stat.key)))
+        lake.get_parquet(ref, stat.key)
         for stat in lake.list_objects(ref, prefix=prefix)
         if stat.key.endswith(".parquet")
     ]

@@ -64,8 +64,8 @@ from aiinfra_pipelines.lake.keys import (
 )
 from aiinfra_pipelines.lake.lakefs_transport import ServerError
 from aiinfra_pipelines.lake.lakefs_transport import install as install_transport
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import (
-    DEFAULT_BRANCH,
     BranchInfo,
     CommitInfo,
     DiffEntry,
@@ -349,11 +349,11 @@ class LakeFSLake(VersionedLake):
                     f"repository {self.repository!r} does not exist and no storage_namespace is "
                     "configured to create it (e.g. s3://bucket/drive-data)"
                 )
-            repo.create(storage_namespace=namespace, default_branch=DEFAULT_BRANCH, exist_ok=True)
+            repo.create(storage_namespace=namespace, default_branch=MAIN_BRANCH, exist_ok=True)
 
     # ============================================================================ branches
     def create_branch(
-        self, name: str, source_ref: str = DEFAULT_BRANCH, exist_ok: bool = False
+        self, name: str, source_ref: str = MAIN_BRANCH, exist_ok: bool = False
     ) -> BranchInfo:
         """See ``VersionedLake.create_branch``."""
         validate_branch_name(name)
@@ -371,8 +371,8 @@ class LakeFSLake(VersionedLake):
     def delete_branch(self, name: str) -> None:
         """See ``VersionedLake.delete_branch``."""
         validate_branch_name(name)
-        if name == DEFAULT_BRANCH:
-            raise LakeError(f"refusing to delete the default branch {DEFAULT_BRANCH!r}")
+        if name == MAIN_BRANCH:
+            raise LakeError(f"refusing to delete the default branch {MAIN_BRANCH!r}")
         with _translate(f"delete branch {self._where(name)}"):
             self._repo().branch(name).delete()
 

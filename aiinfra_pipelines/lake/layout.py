@@ -22,3 +22,53 @@ PULLS_PREFIX = "pulls/"
 PRODUCTION_POINTER_KEY = "release/production.json"
 # Versioned datasets: one folder per version; ``latest.json`` names the newest.
 DATASETS_PREFIX = "datasets/"
+
+# The one branch every reader trusts: only merges of audited run branches reach it.
+MAIN_BRANCH = "main"
+
+# Candidates: one folder per model version (engines, gate reports, manifest, certificate);
+# ``latest.json`` names the newest published one. Deployment writes it, simulation and
+# certification read it, so the key shape is defined once, here.
+CANDIDATES_PREFIX = "candidates/"
+LATEST_CANDIDATE_KEY = f"{CANDIDATES_PREFIX}latest.json"
+
+
+def candidate_prefix(model_version: str) -> str:
+    """The folder of one candidate; everything certified about it lives below."""
+    return f"{CANDIDATES_PREFIX}{model_version}/"
+
+
+def candidate_manifest_key(model_version: str) -> str:
+    return f"{candidate_prefix(model_version)}manifest.json"
+
+
+def candidate_report_key(model_version: str, gate: str) -> str:
+    return f"{candidate_prefix(model_version)}reports/{gate}.json"
+
+
+def candidate_certificate_key(model_version: str) -> str:
+    return f"{candidate_prefix(model_version)}certificate.json"
+
+
+def candidate_engine_key(model_version: str, precision: str) -> str:
+    return f"{candidate_prefix(model_version)}{precision}.onnx"
+
+
+# Rollouts: one state document per model version; ``current.json`` names the active one. The
+# OTA repository reads the same pointer to decide what the candidate channel carries.
+ROLLOUT_PREFIX = "release/rollout/"
+CURRENT_ROLLOUT_KEY = f"{ROLLOUT_PREFIX}current.json"
+
+
+def rollout_state_key(model_version: str) -> str:
+    return f"{ROLLOUT_PREFIX}{model_version}.json"
+
+
+# Validated fleet telemetry on ``main`` (one Parquet per batch): operations writes it, the
+# rollout judges cohorts on it.
+PUBLISHED_TELEMETRY_PREFIX = "telemetry/records/"
+
+# The TUF repository cars update from: signed role metadata and content-addressed targets.
+OTA_PREFIX = "ota/"
+OTA_METADATA_PREFIX = f"{OTA_PREFIX}metadata/"
+OTA_TARGETS_PREFIX = f"{OTA_PREFIX}targets/"

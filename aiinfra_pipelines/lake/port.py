@@ -21,16 +21,18 @@ Implementations translate their backend's failures into ``aiinfra_pipelines.lake
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 import dagster as dg
+import pandas as pd
 
+from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.errors import LakeError
-
-DEFAULT_BRANCH = "main"
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 
 DiffType = Literal["added", "removed", "changed"]
 
@@ -117,8 +119,8 @@ class VersionedLake(dg.ConfigurableResource):
 
     A Dagster resource: configuration is plain pydantic fields, so an instance pickles and is
     re-created in every step subprocess. Adapters must not keep open connections in fields.
-    The methods here raise ``NotImplementedError``; ``put_text``/``get_text`` and
-    ``put_json``/``get_json`` are implemented once, on top of the abstract methods.
+    The methods here raise ``NotImplementedError``; the text, JSON and Parquet helpers at the
+    end are implemented once, on top of the abstract methods.
     """
 
     repository: str = "drive-data"
@@ -141,7 +143,7 @@ class VersionedLake(dg.ConfigurableResource):
 
     # ------------------------------------------------------------------------------- branches
     def create_branch(
-        self, name: str, source_ref: str = DEFAULT_BRANCH, exist_ok: bool = False
+        self, name: str, source_ref: str = MAIN_BRANCH, exist_ok: bool = False
     ) -> BranchInfo:
         """Create branch ``name`` pointing at the commit ``source_ref`` resolves to.
 
@@ -340,11 +342,21 @@ class VersionedLake(dg.ConfigurableResource):
         return self.get_object(ref, key).decode(encoding)
 
     def put_json(self, branch: str, key: str, value: Any) -> ObjectStat:
-        """Stage ``value`` as JSON with sorted keys, so equal values give identical bytes (and
-        therefore deduplicate and produce no spurious diff)."""
-        text = json.dumps(value, sort_keys=True, ensure_ascii=False, indent=2) + "\n"
-        return self.put_text(branch, key, text)
+        """Stage ``value`` as a JSON document (``encoding.json_document``): sorted keys, so
+        equal values give identical bytes (and therefore deduplicate and produce no spurious
+        diff)."""
+        return self.put_object(branch, key, json_document(value))
 
     def get_json(self, ref: str, key: str) -> Any:
         """Read ``key`` at ``ref`` and parse it as JSON."""
         return json.loads(self.get_text(ref, key))
+
+    def get_json_or_none(self, ref: str, key: str) -> Any | None:
+        """``get_json``, or ``None`` when ``key`` is not at ``ref``: for pointers and records
+        that legitimately do not exist yet (before the first dataset, candidate, rollout)."""
+        return self.get_json(ref, key) if self.object_exists(ref, key) else None
+
+    def get_parquet(self, ref: str, key: str, columns: list[str] | None = None) -> pd.DataFrame:
+        """Read the Parquet object ``key`` at ``ref`` as a DataFrame (only ``columns``, if
+        given: frame tables are wide, and most readers want a few reference columns)."""
+        return pd.read_parquet(io.BytesIO(self.get_object(ref, key)), columns=columns)

@@ -11,17 +11,21 @@ downstream of every step that writes the run branch, may publish it (``publish_r
 steps of its run may still be writing (``calibration_set`` beside ``trained_model`` in
 ``training_cycle``) uses ``publish_objects``, which writes on a branch of its own
 (``run-<root run id>-publish-<hash of its keys>``) and never touches the run branch.
+
+Every write outside the IO manager's single objects goes through ``commit_changes``: the writes
+and deletes of one act, staged and committed once (the local counterpart of the lakeFS SDK's
+``branch.transact``), so no caller leaves a half-staged branch or commits twice for one act.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from .errors import NotFoundError
+from .layout import MAIN_BRANCH
 from .port import VersionedLake
 
-MAIN_BRANCH = "main"
 RUN_BRANCH_PREFIX = "run-"
 PUBLISH_BRANCH_INFIX = "-publish-"
 PUBLISH_BRANCH_HASH_CHARS = 12
@@ -141,7 +145,7 @@ def publish_objects(
     if lake.branch_exists(branch):
         lake.delete_branch(branch)
     lake.create_branch(branch, source_ref=MAIN_BRANCH)
-    _commit_objects(lake, branch, objects, message, metadata)
+    commit_changes(lake, branch, message, metadata, puts=objects)
     merge_commit = lake.merge(
         branch,
         MAIN_BRANCH,
@@ -158,25 +162,48 @@ def publish_with_run_branch(
     objects: dict[str, bytes],
     message: str,
     metadata: dict[str, str],
+    *,
+    deletes: Iterable[str] = (),
 ) -> str:
-    """Write ``objects`` on the run branch and merge the whole run branch into ``main``.
+    """Write ``objects`` (and remove ``deletes``) on the run branch, then merge the whole run
+    branch into ``main``.
 
     For a run's final publish step only (``published_engine``: the engines and audits earlier
-    steps staged go to ``main`` in the same merge as the manifest naming them). It must be
-    downstream of every step of its run that writes the run branch: the merge deletes it.
+    steps staged go to ``main`` in the same merge as the manifest naming them; a rollout's
+    state change together with the pointer it removes). It must be downstream of every step of
+    its run that writes the run branch: the merge deletes it.
     """
-    _commit_objects(lake, ensure_run_branch(lake, root_run_id), objects, message, metadata)
+    branch = ensure_run_branch(lake, root_run_id)
+    commit_changes(lake, branch, message, metadata, puts=objects, deletes=deletes)
     return publish_run_branch(lake, root_run_id, message, metadata)
 
 
-def _commit_objects(
+def commit_changes(
     lake: VersionedLake,
     branch: str,
-    objects: dict[str, bytes],
     message: str,
     metadata: dict[str, str],
-) -> None:
-    """Put ``objects`` on ``branch`` and commit them (even none: the commit records the act)."""
-    for key, data in objects.items():
+    *,
+    puts: Mapping[str, bytes] | Iterable[tuple[str, bytes]] = (),
+    deletes: Iterable[str] = (),
+    allow_empty: bool = True,
+    on_put: Callable[[int], None] | None = None,
+) -> str:
+    """Stage ``puts`` then ``deletes`` on ``branch`` and commit them as one commit; its id.
+
+    A delete of a key that is not there is skipped, so a retried act converges instead of
+    failing on what its first attempt already removed. ``allow_empty`` (the default) commits
+    even when nothing changed — the commit records the act, and a branch shared with other
+    writers may have had its staging taken by their commit; pass ``False`` where re-sending
+    identical content is a mistake the caller wants raised (``NothingToCommitError``).
+    ``on_put`` hears the number of objects staged so far, for progress on large uploads.
+    """
+    items = puts.items() if isinstance(puts, Mapping) else puts
+    for done, (key, data) in enumerate(items, start=1):
         lake.put_object(branch, key, data)
-    lake.commit(branch, message, metadata, allow_empty=True)
+        if on_put is not None:
+            on_put(done)
+    for key in deletes:
+        if lake.object_exists(branch, key):
+            lake.delete_object(branch, key)
+    return lake.commit(branch, message, metadata, allow_empty=allow_empty)

@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 import dagster as dg
 
 from .audits import RequiredAudit, verify_audits
+from .layout import MAIN_BRANCH
 from .port import VersionedLake
 from .publish import (
-    MAIN_BRANCH,
     find_publish,
     publish_run_branch,
     root_run_id_of,

@@ -21,7 +21,8 @@ from aiinfra_pipelines.logs.reader import (
     summarize_channels,
 )
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
-from aiinfra_pipelines.logs.validation import Reason, ValidationReport, validate_drive_log
+from aiinfra_pipelines.logs.validation import validate_drive_log
+from aiinfra_pipelines.logs.validation_report import Reason, ValidationReport
 from aiinfra_pipelines.logs.writer import encode_drive_log, write_drive_log
 
 __all__ = [

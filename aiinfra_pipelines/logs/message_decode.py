@@ -19,6 +19,7 @@ from mcap.well_known import MessageEncoding, SchemaEncoding
 
 from aiinfra_pipelines.logs import errors
 from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.message_encode import IMAGE_ENCODING
 from aiinfra_pipelines.logs.model import (
     TOPIC_DEGRADATION,
     TOPIC_LIDAR,
@@ -30,7 +31,6 @@ from aiinfra_pipelines.logs.model import (
 )
 from aiinfra_pipelines.logs.schemas import TOPIC_SCHEMAS, accepted_schemas, message_class
 from aiinfra_pipelines.logs.sources import decode as role_decode
-from aiinfra_pipelines.logs.writer import IMAGE_ENCODING
 
 
 def _check_schema(topic: str, channel: Channel, schema: Schema | None) -> None:

@@ -4,12 +4,14 @@ Every channel of a frame is stamped with the frame's timestamp as MCAP log time,
 (and Foxglove's timeline) can align them exactly. Chunks are compressed and carry CRCs; on top
 of mcap's defaults the data-section CRC is enabled too, so a flipped byte in a chunk *header* or
 in the metadata record is detected and not only one inside a chunk's payload.
+
+This module decides which messages a file holds and in what order; each message itself is
+built in :mod:`aiinfra_pipelines.logs.message_encode`.
 """
 
 from __future__ import annotations
 
 import io
-import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -18,22 +20,26 @@ from typing import BinaryIO
 
 import mcap_protobuf
 import numpy as np
-from foxglove_schemas_protobuf.CameraCalibration_pb2 import CameraCalibration
-from foxglove_schemas_protobuf.CompressedImage_pb2 import CompressedImage
-from foxglove_schemas_protobuf.FrameTransforms_pb2 import FrameTransforms
-from foxglove_schemas_protobuf.LocationFix_pb2 import LocationFix
-from foxglove_schemas_protobuf.PackedElementField_pb2 import PackedElementField
-from foxglove_schemas_protobuf.PointCloud_pb2 import PointCloud
-from foxglove_schemas_protobuf.PoseInFrame_pb2 import PoseInFrame
-from foxglove_schemas_protobuf.RawImage_pb2 import RawImage
 from google.protobuf.message import Message
 from mcap.well_known import MessageEncoding
 from mcap.writer import LIBRARY_IDENTIFIER, CompressionType
 from mcap.writer import Writer as McapWriter
 from mcap_protobuf.schema import register_schema
-from PIL import Image
 
 from aiinfra_pipelines.logs import _config
+from aiinfra_pipelines.logs.message_encode import (
+    calibration_message,
+    camera_message,
+    can_message,
+    degradation_message,
+    event_message,
+    ground_truth_message,
+    lidar_message,
+    location_message,
+    pose_message,
+    rear_camera_message,
+    transforms_message,
+)
 from aiinfra_pipelines.logs.model import (
     TOPIC_CAMERA,
     TOPIC_CAMERA_CALIBRATION,
@@ -52,22 +58,12 @@ from aiinfra_pipelines.logs.model import (
     Frame,
 )
 from aiinfra_pipelines.logs.model import TriggerEvent as TriggerEventRecord
-from aiinfra_pipelines.logs.rig import CameraSensor, Recording
-from aiinfra_pipelines.logs.schemas import (
-    TOPIC_SCHEMAS,
-    CanSignals,
-    DegradationTransition,
-    GroundTruth,
-    TriggerEvent,
-)
+from aiinfra_pipelines.logs.rig import Recording
+from aiinfra_pipelines.logs.schemas import TOPIC_SCHEMAS
 
 METADATA_NAME = "drive_log"
 # A second metadata record, written with a recording rig: which sensors the car carried.
 SENSOR_METADATA_NAME = "sensor_config"
-CAMERA_FRAME_ID = "camera_front"
-GPS_FRAME_ID = "gps"
-MAP_FRAME_ID = "map"
-IMAGE_ENCODING = "rgb8"
 _LIBRARY = f"{LIBRARY_IDENTIFIER} mcap-protobuf-support/{mcap_protobuf.__version__} aiinfra"
 _COMPRESSION = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4}
 
@@ -116,184 +112,6 @@ class _ChannelWriter:
         self._mcap.finish()
 
 
-def heading_to_quaternion(heading: float) -> tuple[float, float, float, float]:
-    """Yaw about +z as ``(x, y, z, w)``; the reader inverts it, wrapping into (-pi, pi]."""
-    return (0.0, 0.0, math.sin(heading / 2.0), math.cos(heading / 2.0))
-
-
-def _check_image(image: np.ndarray, timestamp_ns: int) -> None:
-    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-        raise ValueError(
-            f"frame {timestamp_ns}: image must be HxWx3 uint8 (rgb8), "
-            f"got shape {image.shape} dtype {image.dtype}"
-        )
-
-
-def raw_image_message(image: np.ndarray, frame_id: str, stamp_ns: int) -> RawImage:
-    """``foxglove.RawImage`` rgb8, the pre-rig layout and the ``camera.encoding: raw`` knob."""
-    _check_image(image, stamp_ns)
-    height, width = int(image.shape[0]), int(image.shape[1])
-    message = RawImage(
-        frame_id=frame_id,
-        width=width,
-        height=height,
-        encoding=IMAGE_ENCODING,
-        step=width * 3,
-        data=np.ascontiguousarray(image).tobytes(),
-    )
-    message.timestamp.FromNanoseconds(stamp_ns)
-    return message
-
-
-def jpeg_bytes(image: np.ndarray, quality: int) -> bytes:
-    """Baseline JPEG of an rgb8 image, as a car's camera pipeline would compress it."""
-    buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(image), mode="RGB").save(
-        buffer, format="JPEG", quality=int(quality)
-    )
-    return buffer.getvalue()
-
-
-def compressed_image_message(
-    image: np.ndarray, frame_id: str, stamp_ns: int, quality: int
-) -> CompressedImage:
-    """``foxglove.CompressedImage`` (format ``jpeg``), what a real car's camera records."""
-    _check_image(image, stamp_ns)
-    message = CompressedImage(frame_id=frame_id, format="jpeg", data=jpeg_bytes(image, quality))
-    message.timestamp.FromNanoseconds(stamp_ns)
-    return message
-
-
-def _image_message(
-    image: np.ndarray, frame_id: str, stamp_ns: int, recording: Recording | None
-) -> Message:
-    if recording is not None and recording.image_encoding == "jpeg":
-        return compressed_image_message(image, frame_id, stamp_ns, recording.jpeg_quality)
-    return raw_image_message(image, frame_id, stamp_ns)
-
-
-def _camera_message(frame: Frame, recording: Recording | None = None) -> Message:
-    stamp = frame.timestamp_ns + (recording.offset_ns("front_camera") if recording else 0)
-    return _image_message(frame.image, CAMERA_FRAME_ID, stamp, recording)
-
-
-def _stamp(frame: Frame, recording: Recording | None, role: str) -> int:
-    """The sensor's own header stamp: the frame time, shifted where a clock fault is injected."""
-    return frame.timestamp_ns + (recording.offset_ns(role) if recording is not None else 0)
-
-
-def _location_message(frame: Frame, recording: Recording | None = None) -> LocationFix:
-    message = LocationFix(frame_id=GPS_FRAME_ID, latitude=frame.latitude, longitude=frame.longitude)
-    message.timestamp.FromNanoseconds(_stamp(frame, recording, "gnss"))
-    return message
-
-
-def _pose_message(frame: Frame, recording: Recording | None = None) -> PoseInFrame:
-    message = PoseInFrame(frame_id=MAP_FRAME_ID)
-    message.timestamp.FromNanoseconds(_stamp(frame, recording, "pose"))
-    message.pose.position.x = frame.x
-    message.pose.position.y = frame.y
-    qx, qy, qz, qw = heading_to_quaternion(frame.heading)
-    orientation = message.pose.orientation
-    orientation.x, orientation.y, orientation.z, orientation.w = qx, qy, qz, qw
-    return message
-
-
-def _can_message(frame: Frame, recording: Recording | None = None) -> Message:
-    message = CanSignals(
-        speed_mps=frame.speed_mps,
-        accel_mps2=frame.accel_mps2,
-        steering_rad=frame.steering_rad,
-        brake=frame.brake,
-    )
-    message.timestamp.FromNanoseconds(_stamp(frame, recording, "vehicle_status"))
-    return message
-
-
-def _ground_truth_message(frame: Frame, recording: Recording | None = None) -> Message:
-    message = GroundTruth(lane_index=frame.lane_index, lane_count=frame.lane_count)
-    message.timestamp.FromNanoseconds(frame.timestamp_ns)
-    for other in frame.others:
-        vehicle = message.vehicles.add(
-            vehicle_id=other.vehicle_id,
-            x=other.x,
-            y=other.y,
-            vx=other.vx,
-            vy=other.vy,
-            lane_offset=other.lane_offset,
-            has_plate=other.plate_box is not None,
-        )
-        if other.plate_box is not None:
-            x0, y0, x1, y1 = other.plate_box
-            vehicle.plate_x0, vehicle.plate_y0, vehicle.plate_x1, vehicle.plate_y1 = (
-                x0,
-                y0,
-                x1,
-                y1,
-            )
-        if other.rear_plate_box is not None:
-            vehicle.has_rear_plate = True
-            x0, y0, x1, y1 = other.rear_plate_box
-            vehicle.rear_plate_x0, vehicle.rear_plate_y0 = x0, y0
-            vehicle.rear_plate_x1, vehicle.rear_plate_y1 = x1, y1
-    return message
-
-
-_XYZ_FIELDS = tuple(
-    PackedElementField(name=axis, offset=4 * i, type=PackedElementField.FLOAT32)
-    for i, axis in enumerate("xyz")
-)
-
-
-def _rear_camera_message(frame: Frame, recording: Recording) -> Message:
-    camera = recording.cameras["rear"]
-    stamp = _stamp(frame, recording, "rear_camera")
-    return _image_message(frame.rear_image, camera.frame_id, stamp, recording)
-
-
-def _lidar_message(frame: Frame, recording: Recording) -> PointCloud:
-    """``foxglove.PointCloud``: x, y, z FLOAT32 packed per point, in the lidar's frame."""
-    points = np.ascontiguousarray(frame.lidar_points, dtype="<f4").reshape(-1, 3)
-    message = PointCloud(
-        frame_id=recording.lidar_frame_id,
-        point_stride=12,
-        fields=_XYZ_FIELDS,
-        data=points.tobytes(),
-    )
-    message.pose.orientation.w = 1.0
-    message.timestamp.FromNanoseconds(_stamp(frame, recording, "lidar"))
-    return message
-
-
-def _calibration_message(camera: CameraSensor, stamp_ns: int) -> CameraCalibration:
-    intrinsics = camera.intrinsics
-    message = CameraCalibration(
-        frame_id=camera.frame_id,
-        width=intrinsics.width,
-        height=intrinsics.height,
-        distortion_model=intrinsics.distortion_model,
-        D=list(intrinsics.d),
-        K=list(intrinsics.k),
-        R=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
-        P=list(intrinsics.p),
-    )
-    message.timestamp.FromNanoseconds(stamp_ns)
-    return message
-
-
-def _transforms_message(recording: Recording, stamp_ns: int) -> FrameTransforms:
-    message = FrameTransforms()
-    for transform in recording.transforms:
-        entry = message.transforms.add(
-            parent_frame_id=transform.parent, child_frame_id=transform.child
-        )
-        entry.timestamp.FromNanoseconds(stamp_ns)
-        entry.translation.x, entry.translation.y, entry.translation.z = transform.translation
-        rotation = entry.rotation
-        rotation.x, rotation.y, rotation.z, rotation.w = transform.rotation
-    return message
-
-
 _CALIBRATION_TOPICS = {"front": TOPIC_CAMERA_CALIBRATION, "rear": TOPIC_REAR_CAMERA_CALIBRATION}
 
 
@@ -308,9 +126,9 @@ def _rig_once(log: DriveLog, omit: frozenset[str]) -> Iterator[tuple[str, Messag
         topic = _CALIBRATION_TOPICS.get(name)
         if topic is None or topic in omit or (name == "rear" and not has_rear):
             continue
-        yield topic, _calibration_message(camera, start), start
+        yield topic, calibration_message(camera, start), start
     if recording.transforms and TOPIC_TF_STATIC not in omit:
-        yield TOPIC_TF_STATIC, _transforms_message(recording, start), start
+        yield TOPIC_TF_STATIC, transforms_message(recording, start), start
 
 
 def _rig_per_frame(
@@ -320,31 +138,17 @@ def _rig_per_frame(
         return
     time = int(frame.timestamp_ns)
     if frame.rear_image is not None and TOPIC_REAR_CAMERA not in omit:
-        yield TOPIC_REAR_CAMERA, _rear_camera_message(frame, recording), time
+        yield TOPIC_REAR_CAMERA, rear_camera_message(frame, recording), time
     if frame.lidar_points is not None and TOPIC_LIDAR not in omit:
-        yield TOPIC_LIDAR, _lidar_message(frame, recording), time
-
-
-def _event_message(event: TriggerEventRecord) -> Message:
-    message = TriggerEvent(rule=event.rule, value=event.value, threshold=event.threshold)
-    message.timestamp.FromNanoseconds(event.timestamp_ns)
-    return message
-
-
-def _degradation_message(event: DegradationEvent) -> Message:
-    message = DegradationTransition(
-        from_state=event.from_state, to_state=event.to_state, cause=event.cause, detail=event.detail
-    )
-    message.timestamp.FromNanoseconds(event.timestamp_ns)
-    return message
+        yield TOPIC_LIDAR, lidar_message(frame, recording), time
 
 
 _FRAME_CHANNELS = (
-    (TOPIC_CAMERA, _camera_message),
-    (TOPIC_LOCATION, _location_message),
-    (TOPIC_POSE, _pose_message),
-    (TOPIC_CAN, _can_message),
-    (TOPIC_GROUND_TRUTH, _ground_truth_message),
+    (TOPIC_CAMERA, camera_message),
+    (TOPIC_LOCATION, location_message),
+    (TOPIC_POSE, pose_message),
+    (TOPIC_CAN, can_message),
+    (TOPIC_GROUND_TRUTH, ground_truth_message),
 )
 
 
@@ -392,11 +196,11 @@ def _event(
     if isinstance(event, DegradationEvent):
         _check_timestamp(event.timestamp_ns, f"degradation {event.from_state}->{event.to_state}")
         if TOPIC_DEGRADATION not in omit:
-            yield TOPIC_DEGRADATION, _degradation_message(event), int(event.timestamp_ns)
+            yield TOPIC_DEGRADATION, degradation_message(event), int(event.timestamp_ns)
         return
     _check_timestamp(event.timestamp_ns, f"trigger {event.rule}")
     if TOPIC_TRIGGERS not in omit:
-        yield TOPIC_TRIGGERS, _event_message(event), int(event.timestamp_ns)
+        yield TOPIC_TRIGGERS, event_message(event), int(event.timestamp_ns)
 
 
 def _write_stream(

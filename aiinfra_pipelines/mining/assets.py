@@ -7,7 +7,6 @@ bounded by one log). Re-materializing a batch with the same deployed engine reus
 result instead of running inference again.
 """
 
-import io
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +27,7 @@ from aiinfra_pipelines.perception.labels import ground_truth_labels
 from .engine_runner import perceive_frames
 from .label_qc import held_back_frames, label_agreement, qc_summary
 from .rules import BADCASE_COLUMNS, badcase_summary, mine_badcases
-from .settings import mining_config
+from .settings import EngineSettings, mining_config_version
 
 GROUP = "mining"
 EAGER = dg.AutomationCondition.eager()
@@ -41,7 +40,7 @@ def _frames_per_log(
     """Each accepted log's frames table, one at a time, from the batch's frames manifest."""
     ref = read_ref(lake, root_run_id_of(context.run))
     for log in manifest["logs"]:
-        yield pd.read_parquet(io.BytesIO(lake.get_object(ref, log["frames_object"])))
+        yield lake.get_parquet(ref, log["frames_object"])
 
 
 def _concat(parts: list[pd.DataFrame]) -> pd.DataFrame:
@@ -81,7 +80,7 @@ def auto_labels(
             qc.assign(
                 occupancy=[cells.ravel().tolist() for cells in occupancy],
                 lead_gap_norm=lead_gap,
-                mining_config_version=str(mining_config()["version"]),
+                mining_config_version=mining_config_version(),
             )
         )
     labels = _concat(parts)
@@ -115,7 +114,7 @@ def _previous_result(
     key = asset_object_base(context.asset_key, context.partition_key) + ".parquet"
     if not lake.object_exists(ref, key):
         return None
-    previous = pd.read_parquet(io.BytesIO(lake.get_object(ref, key)))
+    previous = lake.get_parquet(ref, key)
     ledger = previous.attrs.get("aiinfra_ledger", {})
     if ledger.get("engine_sha") == engine_sha and ledger.get("frames") == frames:
         return previous
@@ -157,7 +156,7 @@ def mined_badcases(
     onnxruntime over the batch's frames, log by log, once per engine: a re-run with the same
     engine reuses the recorded result.
     """
-    deployed = load_deployed_engine(lake, batch_size=int(mining_config()["engine"]["batch_size"]))
+    deployed = load_deployed_engine(lake, batch_size=EngineSettings.load().batch_size)
     frame_count = int(anonymized_frames["frames"])
     previous = _previous_result(lake, context, deployed.engine.sha256, frame_count)
     if previous is not None:

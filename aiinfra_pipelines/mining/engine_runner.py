@@ -29,7 +29,7 @@ from aiinfra_pipelines.perception.engine import (
     outputs_to_predictions,
 )
 
-from .settings import mining_config
+from .settings import EngineSettings
 
 DEFAULT_BATCH_SIZE = 64
 
@@ -38,13 +38,13 @@ def mining_engine(
     onnx_bytes: bytes, spec: PerceptionSpec, config: dict[str, Any] | None = None
 ) -> OnnxRuntimeEngine:
     """The deployed ONNX model on onnxruntime with mining's batch size and threads (mining.yaml)."""
-    settings = mining_config(config)["engine"]
+    settings = EngineSettings.load(config)
     return OnnxRuntimeEngine(
         onnx_bytes,
         spec,
         name="mining-onnxruntime",
-        batch_size=int(settings["batch_size"]),
-        intra_op_threads=int(settings.get("intra_op_threads", 0)),
+        batch_size=settings.batch_size,
+        intra_op_threads=settings.intra_op_threads,
     )
 
 
@@ -125,7 +125,7 @@ def run_engine_over_frames(
     described in the module docstring.
     """
     if chunk_batches is None:
-        chunk_batches = int(mining_config(config)["engine"]["chunk_batches"])
+        chunk_batches = EngineSettings.load(config).chunk_batches
     if chunk_batches < 1:
         raise ValueError(f"chunk_batches must be >= 1, got {chunk_batches}")
     _check_image_shape(frames, spec)

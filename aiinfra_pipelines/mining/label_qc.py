@@ -53,7 +53,7 @@ from aiinfra_pipelines.perception.contract import PerceptionSpec
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
 from .rules import frame_context
-from .settings import mining_config
+from .settings import FlowAlignment, LabelQcSettings
 
 Labels = tuple[np.ndarray, np.ndarray]
 Labeller = Callable[[pd.DataFrame, PerceptionSpec], Labels]
@@ -97,7 +97,7 @@ def geometric_labels(
     frames: pd.DataFrame,
     spec: PerceptionSpec,
     lane_width_m: float,
-    flow_alignment: dict[str, Any] | None = None,
+    flow_alignment: FlowAlignment | None = None,
 ) -> Labels:
     """Occupancy and normalized lead gap with lanes from lateral offset / ``lane_width_m``.
 
@@ -108,7 +108,7 @@ def geometric_labels(
     (agreement with the teacher drops from ~0.998 to ~0.976 on fleet frames, almost all of it in
     lane changes).
     """
-    flow = flow_alignment or {"enabled": False}
+    flow = flow_alignment or FlowAlignment()
     edges = np.asarray(spec.bin_edges_m, dtype=np.float64)
     occupancy = np.zeros((len(frames), 3, spec.bins), dtype=np.float32)
     lead_gap = np.ones(len(frames), dtype=np.float32)
@@ -123,13 +123,13 @@ def geometric_labels(
         if vehicles:
             x = np.array([float(v["x"]) for v in vehicles])
             y = np.array([float(v["y"]) for v in vehicles])
-            if flow.get("enabled", False):
+            if flow.enabled:
                 angle = road_axis_angle(
                     np.array([float(v["vx"]) for v in vehicles]),
                     np.array([float(v["vy"]) for v in vehicles]),
                     float(speeds[i]),
-                    float(flow["min_speed_mps"]),
-                    float(flow["max_angle_rad"]),
+                    flow.min_speed_mps,
+                    flow.max_angle_rad,
                 )
                 cos_a, sin_a = np.cos(angle), np.sin(angle)
                 x, y = cos_a * x + sin_a * y, -sin_a * x + cos_a * y
@@ -153,16 +153,16 @@ def _frame_digest(seed: int, log_id: Any, frame_index: Any) -> bytes:
 
 
 def human_check(
-    frames: pd.DataFrame, occupancy: np.ndarray, qc: dict[str, Any]
+    frames: pd.DataFrame, occupancy: np.ndarray, qc: LabelQcSettings
 ) -> tuple[np.ndarray, np.ndarray]:
     """(checked mask N, reviewed occupancy) — the simulated reviewer's labels on a sample.
 
     ``occupancy`` is what the reviewer sees (the true scene); each checked frame gets each
     cell flipped with ``human_flip_probability``. Unchecked frames are returned unchanged.
     """
-    fraction = float(qc["human_check_fraction"])
-    flip_probability = float(qc["human_flip_probability"])
-    seed = int(qc.get("seed", 0))
+    fraction = qc.human_check_fraction
+    flip_probability = qc.human_flip_probability
+    seed = qc.seed
     checked = np.zeros(len(frames), dtype=bool)
     reviewed = np.array(occupancy, dtype=np.float32, copy=True)
     keys = zip(frames["log_id"], frames["frame_index"], strict=True)
@@ -203,12 +203,11 @@ def label_agreement(
     none. ``reason`` is "" for kept frames, else ``occupancy_disagreement`` and/or
     ``lead_gap_disagreement``.
     """
-    qc = mining_config(config)["label_qc"]
+    qc = LabelQcSettings.load(config)
     if teacher_labels is None:
         teacher_labels = (teacher or ground_truth_labels)(frames, spec)
     if independent is None:
-        lane_width = float(qc["lane_width_m"])
-        second = geometric_labels(frames, spec, lane_width, qc.get("flow_alignment"))
+        second = geometric_labels(frames, spec, qc.lane_width_m, qc.flow_alignment)
     else:
         second = independent(frames, spec)
     checked, reviewed = human_check(frames, second[0], qc)
@@ -219,8 +218,8 @@ def label_agreement(
     ) * float(spec.max_range_m)
     context = frame_context(frames, index, [])
     judged = judged_frames(context["slice"], qc)
-    occupancy_bad = (agreement < float(qc["agreement_threshold"])) & judged
-    gap_bad = (gap_diff > float(qc["lead_gap_tolerance_m"])) & judged
+    occupancy_bad = (agreement < qc.agreement_threshold) & judged
+    gap_bad = (gap_diff > qc.lead_gap_tolerance_m) & judged
     cells = int(np.prod(teacher_occupancy.shape[1:])) if teacher_occupancy.ndim > 1 else 0
     result = pd.DataFrame(
         {
@@ -246,9 +245,9 @@ def label_agreement(
     return result[list(AGREEMENT_COLUMNS)]
 
 
-def judged_frames(slices: pd.Series, qc: dict[str, Any]) -> np.ndarray:
+def judged_frames(slices: pd.Series, qc: LabelQcSettings) -> np.ndarray:
     """Per frame, whether its road type (the slice's last part) is one QC can judge."""
-    road_types = {str(name) for name in qc["judged_road_types"]}
+    road_types = set(qc.judged_road_types)
     road = slices.astype(str).str.rsplit("/", n=1).str[-1].to_numpy()
     return np.isin(road, sorted(road_types))
 

@@ -15,7 +15,7 @@ from aiinfra_pipelines.ingest.pulls import request_raw_segments, requested_log_i
 from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
 from aiinfra_pipelines.lake.port import VersionedLake
 
-from .settings import mining_config
+from .settings import PullSettings
 
 REQUESTED_BY = "mining:weak-slices"
 
@@ -30,7 +30,7 @@ def pull_weak_slices(
     ``slice_accuracy``: slice → benchmark accuracy of the last evaluation (``None``: not
     measured, ranked last). Returns what was asked for, for the loop summary.
     """
-    settings = mining_config(dict(config) if config is not None else None)["pulls"]
+    settings = PullSettings.load(config)
     index = scene_index_view(lake, include_index_only=True)
     if index.empty:
         return {"slices": [], "requested": 0, "request_id": None}
@@ -40,13 +40,13 @@ def pull_weak_slices(
         (name for name in slice_accuracy if name in with_segments),
         key=lambda name: (slice_accuracy[name] is None, slice_accuracy[name] or 0.0),
     )
-    weak = ranked[: int(settings["weak_slices"])]
+    weak = ranked[: settings.weak_slices]
     asked = requested_log_ids(lake)
     log_ids = [
         log_id
         for log_id in dict.fromkeys(held.loc[held["slice"].isin(weak), "log_id"])
         if log_id not in asked  # asked already: served, closed or still waiting
-    ][: int(settings["max_segments"])]
+    ][: settings.max_segments]
     if not log_ids:
         return {"slices": weak, "requested": 0, "request_id": None}
     result = request_raw_segments(

@@ -26,7 +26,7 @@ from aiinfra_pipelines.ingest.tables import slice_name
 from aiinfra_pipelines.perception.contract import PerceptionSpec, perception_spec
 from aiinfra_pipelines.perception.engine import Predictions
 
-from .settings import mining_config
+from .settings import RuleSettings
 
 KEYS: tuple[str, str] = ("log_id", "frame_index")
 TAGS: tuple[str, ...] = ("slice", "lighting", "weather", "road_type")
@@ -158,18 +158,17 @@ def score_frames(
     ``ground_truth_labels`` returns it, or ``None`` where no auto-label exists (the
     disagreement rule then does not apply).
     """
-    cfg = mining_config(config)["rules"]
+    cfg = RuleSettings.load(config)
     spec = spec or perception_spec()
     _check_lengths(frames, predictions, labels)
-    event_cfg = cfg["logged_event"]
-    event_rules = [str(rule) for rule in event_cfg.get("rules", [])]
+    event_rules = list(cfg.event_rules)
     context = frame_context(frames, index, event_rules)
     n = len(frames)
 
-    threshold = float(cfg["occupied_threshold"])
+    threshold = cfg.occupied_threshold
     occupied = np.asarray(predictions.occupancy) >= threshold
     confidence = np.asarray(predictions.confidence, dtype=np.float64)
-    flips = flip_counts(frames, occupied, float(cfg["temporal_instability"]["max_frame_gap_s"]))
+    flips = flip_counts(frames, occupied, cfg.max_frame_gap_s)
     if labels is not None:
         label_occupied = np.asarray(labels[0]) >= 0.5
         disagreement = (occupied != label_occupied).reshape(n, -1).mean(axis=1)
@@ -185,16 +184,15 @@ def score_frames(
         else np.zeros((n, 0), dtype=bool)
     )
     fired: dict[str, np.ndarray] = {
-        "low_confidence": confidence < float(cfg["low_confidence"]["threshold"]),
-        "temporal_instability": flips >= int(cfg["temporal_instability"]["min_flipped_cells"]),
+        "low_confidence": confidence < cfg.low_confidence_threshold,
+        "temporal_instability": flips >= cfg.min_flipped_cells,
         "label_disagreement": (
-            (disagreement > float(cfg["label_disagreement"]["max_cell_disagreement"]))
-            | (gap_error > float(cfg["label_disagreement"]["max_lead_gap_error_m"]))
+            (disagreement > cfg.max_cell_disagreement) | (gap_error > cfg.max_lead_gap_error_m)
         ),
         "logged_event": flag_matrix.any(axis=1),
     }
     for rule in REASONS:
-        if not cfg[rule].get("enabled", True):
+        if not cfg.enabled[rule]:
             fired[rule] = np.zeros(n, dtype=bool)
 
     scored = context[list(KEYS)].copy()

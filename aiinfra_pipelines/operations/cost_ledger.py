@@ -256,3 +256,31 @@ def ledger_by_asset(costs: pd.DataFrame) -> pd.DataFrame:
     if costs.empty:
         return pd.DataFrame(columns=columns)
     return _split_compute(costs, ["group", "asset_key", "partition"])[columns]
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """One ledger build: every step's cost and the two roll-ups published beside it."""
+
+    costs: pd.DataFrame
+    by_group: pd.DataFrame
+    by_asset: pd.DataFrame
+
+    @property
+    def runs(self) -> int:
+        return int(self.costs["run_id"].nunique()) if len(self.costs) else 0
+
+    def summary(self) -> dict[str, Any]:
+        """What ``by_group.json`` holds: the run count and the per-group roll-up."""
+        return {"runs": self.runs, "by_group": self.by_group.to_dict(orient="records")}
+
+
+def build_ledger(
+    instance: dg.DagsterInstance,
+    groups: Mapping[str, str],
+    settings: LedgerSettings,
+    exclude_run_ids: Iterable[str] = (),
+) -> Ledger:
+    """The ledger over the instance's finished runs (``exclude_run_ids``: the run building it)."""
+    costs = step_costs(instance, groups, settings, exclude_run_ids=list(exclude_run_ids))
+    return Ledger(costs=costs, by_group=ledger_by_group(costs), by_asset=ledger_by_asset(costs))

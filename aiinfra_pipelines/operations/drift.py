@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.release.shadow import histogram, ks_statistic, psi
 
 DRIFT_PREFIX = "operations/drift/"
@@ -211,6 +211,4 @@ def drift_verdict(
 
 def latest_drift_verdict(lake: VersionedLake) -> dict | None:
     """The newest ``drift_monitor`` verdict on main (``{"id", "drifted", "signals", ...}``)."""
-    if not lake.object_exists(MAIN_BRANCH, LATEST_DRIFT_KEY):
-        return None
-    return lake.get_json(MAIN_BRANCH, LATEST_DRIFT_KEY)
+    return lake.get_json_or_none(MAIN_BRANCH, LATEST_DRIFT_KEY)

@@ -10,15 +10,16 @@ can be queried beside the data the failure concerned.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 from dagster import DagsterEventType
 
+from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import publish_objects
+from aiinfra_pipelines.runs import TAG_PREFIX
 
 from .cost_ledger import step_plan
 
@@ -83,7 +84,7 @@ def failure_record(
         ),
         "run_key": run.tags.get("dagster/run_key", ""),
         "sensor": run.tags.get("dagster/sensor_name", ""),
-        "tags": {k: v for k, v in sorted(run.tags.items()) if k.startswith("aiinfra/")},
+        "tags": {k: v for k, v in sorted(run.tags.items()) if k.startswith(TAG_PREFIX)},
         "message": (failure_event.message or "")[:MAX_ERROR_CHARS],
         "failed_steps": steps,
         "failed_at": datetime.fromtimestamp(ended, UTC).isoformat() if ended else "",
@@ -129,7 +130,7 @@ def record_failure(
     commit = publish_objects(
         lake,
         f"failure-{run.run_id}",
-        {key: (json.dumps(record, sort_keys=True, indent=2) + "\n").encode()},
+        {key: json_document(record)},
         f"failure of run {run.run_id} ({run.job_name})",
         {"kind": "loop-failure", "failed_run_id": run.run_id, "job_name": run.job_name},
     )

@@ -23,8 +23,9 @@ import pandas as pd
 
 from aiinfra_pipelines.fleet.landing import ingest_branch_name
 from aiinfra_pipelines.ingest.discovery import moved_ingest_branches
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.lake.publish import commit_changes
 
 from .telemetry import TelemetrySettings
 
@@ -73,12 +74,10 @@ def land_telemetry(
     files = dict(raw_files or {})
     if records:
         files[file_name or f"records.{fmt}"] = encode_records(records, fmt)
-    keys = []
-    for name, data in files.items():
-        key = upload_key(batch_id, name, settings)
-        lake.put_object(branch, key, data)
-        keys.append(key)
-    commit = lake.commit(
+    puts = {upload_key(batch_id, name, settings): data for name, data in files.items()}
+    keys = list(puts)
+    commit = commit_changes(
+        lake,
         branch,
         f"telemetry batch {batch_id}: {len(records)} record(s) in {len(keys)} file(s)",
         {
@@ -87,6 +86,8 @@ def land_telemetry(
             "record_count": str(len(records)),
             **(metadata or {}),
         },
+        puts=puts,
+        allow_empty=False,
     )
     return LandedTelemetry(branch=branch, commit=commit, keys=sorted(keys), records=len(records))
 

@@ -8,16 +8,14 @@ the cars hold only as index records is counted beside it: stored as an index, no
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pandas as pd
 
 from aiinfra_pipelines.datasets.split import TRAIN
 from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
-from aiinfra_pipelines.lake.layout import DATASETS_PREFIX
+from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
 TRAINING_PREFIX = f"{DATASETS_PREFIX}training/"
 FRAME_KEY = ["log_id", "frame_index"]
@@ -29,9 +27,7 @@ def frames_ever_trained_on(lake: VersionedLake, ref: str = MAIN_BRANCH) -> pd.Da
     parts = []
     for stat in lake.list_objects(ref, prefix=TRAINING_PREFIX):
         if stat.key.endswith("/dataset.parquet"):
-            rows = pd.read_parquet(
-                io.BytesIO(lake.get_object(ref, stat.key)), columns=[*FRAME_KEY, "split"]
-            )
+            rows = lake.get_parquet(ref, stat.key, columns=[*FRAME_KEY, "split"])
             parts.append(rows.loc[rows["split"] == TRAIN, FRAME_KEY])
     if not parts:
         return pd.DataFrame(columns=FRAME_KEY)

@@ -173,7 +173,7 @@ def record_from_episode(
     outbox: Mapping[str, Any] | None = None,
     settings: TelemetrySettings | None = None,
 ) -> dict[str, Any]:
-    """A record from one closed-loop episode (``fleet.closed_loop.EpisodeMetrics`` or its dict).
+    """A record from one closed-loop episode (``fleet.episode_metrics.EpisodeMetrics`` or its dict).
 
     Latency is the per-step perception time; a near miss is an episode without collision whose
     minimum TTC or bumper gap fell below the operations.yaml thresholds. Every degradation

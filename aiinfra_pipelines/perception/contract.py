@@ -8,11 +8,13 @@ vehicle normalized by the sensing range. The bin edges and range come from
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 
 INPUT_NAME = "image"
 OCCUPANCY_OUTPUT = "occupancy_logits"
@@ -33,15 +35,22 @@ class PerceptionSpec:
     def bins(self) -> int:
         return len(self.bin_edges_m) - 1
 
+    @classmethod
+    def load(cls, config: Mapping[str, Any] | None = None) -> PerceptionSpec:
+        """From ``fleet.yaml`` ``camera`` and ``perception`` (or ``config``, the whole file)."""
+        camera = settings_section("fleet.yaml", "camera", config)
+        perception = settings_section("fleet.yaml", "perception", config)
+        return cls(
+            image_height=camera.int("height_px"),
+            image_width=camera.int("width_px"),
+            bin_edges_m=tuple(float(edge) for edge in perception.list("bin_edges_m")),
+            max_range_m=perception.float("max_range_m"),
+        )
+
 
 def perception_spec() -> PerceptionSpec:
-    fleet = load_resource_yaml("fleet.yaml")
-    return PerceptionSpec(
-        image_height=int(fleet["camera"]["height_px"]),
-        image_width=int(fleet["camera"]["width_px"]),
-        bin_edges_m=tuple(float(edge) for edge in fleet["perception"]["bin_edges_m"]),
-        max_range_m=float(fleet["perception"]["max_range_m"]),
-    )
+    """``PerceptionSpec.load()``: the deployed contract (the shorthand its many callers use)."""
+    return PerceptionSpec.load()
 
 
 def images_to_input(images: np.ndarray) -> np.ndarray:

@@ -14,9 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from aiinfra_pipelines.config import dagster_home
-from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH, PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
 from .contract import ONNX_OPSET, PerceptionSpec, perception_spec
 from .engine import OnnxRuntimeEngine
@@ -35,8 +34,8 @@ def load_deployed_engine(
     lake: VersionedLake, spec: PerceptionSpec | None = None, batch_size: int = 64
 ) -> DeployedEngine:
     spec = spec or perception_spec()
-    if lake.object_exists(MAIN_BRANCH, PRODUCTION_POINTER_KEY):
-        pointer = lake.get_json(MAIN_BRANCH, PRODUCTION_POINTER_KEY)
+    pointer = lake.get_json_or_none(MAIN_BRANCH, PRODUCTION_POINTER_KEY)
+    if pointer is not None:
         onnx_bytes = lake.get_object(pointer.get("commit", MAIN_BRANCH), pointer["onnx_key"])
         version = str(pointer["version"])
     else:

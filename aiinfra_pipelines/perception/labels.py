@@ -18,7 +18,6 @@ import pandas as pd
 
 from aiinfra_pipelines.fleet.camera import EgoCamera
 from aiinfra_pipelines.fleet.perception import perception_from_ground_truth
-from aiinfra_pipelines.fleet.settings import fleet_config
 from aiinfra_pipelines.logs.model import OtherVehicle
 
 from .contract import PerceptionSpec
@@ -44,7 +43,7 @@ def ground_truth_labels(
     frames: pd.DataFrame, spec: PerceptionSpec
 ) -> tuple[np.ndarray, np.ndarray]:
     """(occupancy N x 3 x bins in {0,1}, lead gap N normalized to [0,1]) for each frame row."""
-    camera = EgoCamera.from_config(fleet_config()["camera"])
+    camera = EgoCamera.load()
     occupancy = np.zeros((len(frames), 3, spec.bins), dtype=np.float32)
     lead_gap = np.zeros(len(frames), dtype=np.float32)
     rows = zip(frames["ground_truth"], frames["lane_index"], frames["lane_count"], strict=True)

@@ -217,7 +217,7 @@ class PerceptionNet(nn.Module):
         ``mirror_average``, the mean of the frame's and its mirror image's readings.
 
         The top-down camera's mirror image is an equally valid scene with left and right lanes
-        swapped (training.module.mirror_lanes), so a second reading of it, swapped back, is a
+        swapped (training.objective.mirror_lanes), so a second reading of it, swapped back, is a
         second opinion on the same cells: averaging the two logits removes part of the
         network's variance (seed 7 benchmark: accuracy +0.001, every first-release floor held
         where one view missed one by 0.004). Two passes over one set of weights, not a batch of

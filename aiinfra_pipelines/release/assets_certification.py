@@ -17,6 +17,7 @@ from aiinfra_pipelines.training.resources import MlflowTracking
 
 from .certificate import (
     CertificateError,
+    CertificationOutcome,
     CertificationRefused,
     certify_candidate,
     latest_candidate,
@@ -37,25 +38,28 @@ class CertificationConfig(dg.Config):
     model_version: str = ""
 
 
-@dg.asset(group_name=GROUP, kinds={"mlflow", "lakefs"}, deps=UPSTREAM)
-def certified_engine(
-    context: dg.AssetExecutionContext,
-    config: CertificationConfig,
+def certify_or_fail(
     lake: VersionedLake,
-    mlflow_tracking: MlflowTracking,
+    registry: ModelRegistry,
+    model_version: str,
     release_keys: ReleaseKeys,
-) -> dg.MaterializeResult:
-    """The candidate's signed certificate: every gate re-verified from ``main`` for one version."""
-    model_version = config.model_version or latest_candidate(lake)
-    registry = ModelRegistry(mlflow_tracking.uri())
+    *,
+    root_run_id: str,
+    issued_by: dict[str, str],
+) -> CertificationOutcome:
+    """Certify one version and record the verdict in MLflow, either way.
+
+    A refusal becomes a ``dg.Failure`` (never retried: the gates will not change on a rerun)
+    so that a refused candidate has no ``certified_engine`` materialization at all.
+    """
     registry.version(model_version)  # unregistered → clear error before anything is written
     try:
         outcome = certify_candidate(
             lake,
             model_version,
             release_keys.certificate_signer(),
-            root_run_id=root_run_id_of(context.run),
-            issued_by={"dagster_run_id": context.run.run_id},
+            root_run_id=root_run_id,
+            issued_by=issued_by,
         )
     except CertificationRefused as refusal:
         record_refusal(registry, model_version, refusal.failed_gates, str(refusal))
@@ -71,29 +75,55 @@ def certified_engine(
             allow_retries=False,
         ) from refusal
     record_certification(registry, outcome.certificate)
+    return outcome
+
+
+def certification_metadata(model_version: str, outcome: CertificationOutcome) -> dict[str, object]:
+    """What an operator sees on the materialization: every hash the certificate pins."""
     body = outcome.certificate
     reports = "\n".join(
         f"| {gate} | {'pass' if entry['passed'] else 'FAIL'} | `{entry['sha256'][:16]}` |"
         for gate, entry in sorted(body["reports"].items())
     )
+    return {
+        "model_version": model_version,
+        "certificate_key": outcome.certificate_key,
+        "certificate_sha256": outcome.certificate_sha256,
+        "engine_sha256": body["engine"]["sha256"],
+        "onnx_sha256": body["onnx"]["sha256"],
+        "dataset_commit": str(body.get("dataset_commit")),
+        "key_id": body["key_id"],
+        "issued_at": body["issued_at"],
+        "reused_existing_certificate": outcome.reused,
+        # Same engine, fresh sessions, same frames: bit-identical outputs (release.determinism).
+        "determinism": dg.MetadataValue.json(body.get("determinism") or {}),
+        "publish_commit": outcome.commit or "",
+        "reports": dg.MetadataValue.md(
+            "| gate | verdict | sha256 |\n| --- | --- | --- |\n" + reports
+        ),
+    }
+
+
+@dg.asset(group_name=GROUP, kinds={"mlflow", "lakefs"}, deps=UPSTREAM)
+def certified_engine(
+    context: dg.AssetExecutionContext,
+    config: CertificationConfig,
+    lake: VersionedLake,
+    mlflow_tracking: MlflowTracking,
+    release_keys: ReleaseKeys,
+) -> dg.MaterializeResult:
+    """The candidate's signed certificate: every gate re-verified from ``main`` for one version."""
+    model_version = config.model_version or latest_candidate(lake)
+    outcome = certify_or_fail(
+        lake,
+        ModelRegistry(mlflow_tracking.uri()),
+        model_version,
+        release_keys,
+        root_run_id=root_run_id_of(context.run),
+        issued_by={"dagster_run_id": context.run.run_id},
+    )
     return dg.MaterializeResult(
-        metadata={
-            "model_version": model_version,
-            "certificate_key": outcome.certificate_key,
-            "certificate_sha256": outcome.certificate_sha256,
-            "engine_sha256": body["engine"]["sha256"],
-            "onnx_sha256": body["onnx"]["sha256"],
-            "dataset_commit": str(body.get("dataset_commit")),
-            "key_id": body["key_id"],
-            "issued_at": body["issued_at"],
-            "reused_existing_certificate": outcome.reused,
-            # Same engine, fresh sessions, same frames: bit-identical outputs (release.determinism).
-            "determinism": dg.MetadataValue.json(body.get("determinism") or {}),
-            "publish_commit": outcome.commit or "",
-            "reports": dg.MetadataValue.md(
-                "| gate | verdict | sha256 |\n| --- | --- | --- |\n" + reports
-            ),
-        },
+        metadata=certification_metadata(model_version, outcome),
         data_version=dg.DataVersion(outcome.certificate_sha256),
     )
 

@@ -14,7 +14,8 @@ from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import root_run_id_of
 
 from .keys import ReleaseKeys
-from .ota import OtaRefused, plan_offers, publish_ota_repository
+from .ota import OtaRefused, plan_offers
+from .ota_signing import publish_ota_repository
 
 GROUP = "release"
 

@@ -8,42 +8,44 @@ on the same frames, and refuses one whose outputs are not bit-identical (:mod:`.
 The certificate binds all those hashes, and that check's result, under an Ed25519 signature,
 so changing any of them later — a report edited on ``main``, an engine swapped — fails
 ``verify_certificate``, which every release step calls before it acts.
+
+Gathering that evidence is :mod:`.certificate_evidence`; this module signs it into a
+certificate, verifies certificates against the lake, and publishes them.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.lake.encoding import canonical_json, json_document
+from aiinfra_pipelines.lake.layout import (
+    LATEST_CANDIDATE_KEY,
+    MAIN_BRANCH,
+    candidate_certificate_key,
+)
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
-from aiinfra_pipelines.perception.contract import perception_spec
+from aiinfra_pipelines.lake.publish import publish_objects
 
-from .determinism import GATE as DETERMINISM_GATE
-from .determinism import DeterminismResult, DeterminismSettings, check_engine
+from .certificate_evidence import (
+    CandidateEvidence,
+    GateFailure,
+    collect_evidence,
+    read_if_exists,
+    sha256_hex,
+)
+from .determinism import DeterminismSettings
 from .keys import key_id
 
-CANDIDATES_PREFIX = "candidates/"
-LATEST_CANDIDATE_KEY = f"{CANDIDATES_PREFIX}latest.json"
 CERTIFICATE_SCHEMA = "aiinfra.certificate/v1"
 SIGNATURE_ALGORITHM = "ed25519"
-# The pseudo-gate for the files the certificate vouches for (manifest, ONNX, engine).
-ARTIFACTS_GATE = "artifacts"
-DEFAULT_REQUIRED_REPORTS = (
-    "offline_eval",
-    "engine_parity",
-    "engine_benchmark",
-    "regression_simulation",
-)
 
 
 class CertificationRefused(Exception):
@@ -67,69 +69,6 @@ class CertificateError(Exception):
     """A certificate is missing, malformed, not validly signed, or no longer matches the lake."""
 
 
-@dataclass(frozen=True)
-class GateFailure:
-    gate: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class GateEvidence:
-    """One gate's report as found on ``main``."""
-
-    gate: str
-    key: str
-    sha256: str | None
-    passed: bool
-    in_manifest: bool
-
-
-@dataclass
-class CandidateEvidence:
-    """Everything certification looked at for one model version, and what failed."""
-
-    model_version: str
-    manifest_key: str
-    manifest: dict[str, Any] | None
-    manifest_sha256: str | None
-    gates: list[GateEvidence] = field(default_factory=list)
-    failures: list[GateFailure] = field(default_factory=list)
-    # The shipped engine's determinism check (None: the engine itself failed verification).
-    determinism: DeterminismResult | None = None
-
-    @property
-    def passed(self) -> bool:
-        return not self.failures
-
-
-# ---------------------------------------------------------------------------------- layout
-def candidate_prefix(model_version: str) -> str:
-    return f"{CANDIDATES_PREFIX}{model_version}/"
-
-
-def manifest_key(model_version: str) -> str:
-    return f"{candidate_prefix(model_version)}manifest.json"
-
-
-def certificate_key(model_version: str) -> str:
-    return f"{candidate_prefix(model_version)}certificate.json"
-
-
-def default_report_key(model_version: str, gate: str) -> str:
-    return f"{candidate_prefix(model_version)}reports/{gate}.json"
-
-
-def required_gates() -> list[str]:
-    """``resources/gates.yaml`` → ``release.required_reports``: the gates certification needs."""
-    release = load_resource_yaml("gates.yaml").get("release") or {}
-    gates = release.get("required_reports") or list(DEFAULT_REQUIRED_REPORTS)
-    return [str(gate) for gate in gates]
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def latest_candidate(lake: VersionedLake, ref: str = MAIN_BRANCH) -> str:
     """The newest published candidate's model version (``candidates/latest.json``)."""
     if not lake.object_exists(ref, LATEST_CANDIDATE_KEY):
@@ -149,169 +88,7 @@ def refusal_message(model_version: str, failures: list[GateFailure]) -> str:
     )
 
 
-# ------------------------------------------------------------------------- gate evaluation
-def _read(lake: VersionedLake, ref: str, key: str) -> bytes | None:
-    return lake.get_object(ref, key) if lake.object_exists(ref, key) else None
-
-
-def _summarize_failures(report: Mapping[str, Any]) -> str:
-    detail = report.get("failures")
-    if not detail:
-        return ""
-    text = json.dumps(detail, sort_keys=True, default=str)
-    return f" ({text[:200]}{'…' if len(text) > 200 else ''})"
-
-
-def _evaluate_report(
-    lake: VersionedLake,
-    ref: str,
-    model_version: str,
-    gate: str,
-    manifest: Mapping[str, Any] | None,
-    evidence: CandidateEvidence,
-) -> None:
-    listed = ((manifest or {}).get("reports") or {}).get(gate)
-    key = (
-        str(listed["key"])
-        if listed and listed.get("key")
-        else default_report_key(model_version, gate)
-    )
-    data = _read(lake, ref, key)
-    if data is None:
-        evidence.failures.append(GateFailure(gate, f"report missing ({key})"))
-        evidence.gates.append(GateEvidence(gate, key, None, False, listed is not None))
-        return
-    digest = sha256_hex(data)
-    problems: list[str] = []
-    try:
-        report = json.loads(data)
-        if not isinstance(report, dict):
-            raise ValueError("not a JSON object")
-    except ValueError as error:
-        report = {}
-        problems.append(f"report unreadable ({error})")
-    else:
-        if report.get("passed") is not True:
-            problems.append(
-                f"reported passed={json.dumps(report.get('passed'))}{_summarize_failures(report)}"
-            )
-        reported_version = report.get("model_version")
-        if str(reported_version) != model_version:
-            problems.append(
-                f"report is for model version {reported_version!r}, not {model_version!r}"
-            )
-    if listed is not None and listed.get("sha256") != digest:
-        problems.append(
-            f"sha256 {digest[:12]} does not match the manifest's "
-            f"{str(listed.get('sha256'))[:12]} (report changed after publication)"
-        )
-    for problem in problems:
-        evidence.failures.append(GateFailure(gate, problem))
-    evidence.gates.append(GateEvidence(gate, key, digest, not problems, listed is not None))
-
-
-def _evaluate_artifacts(
-    lake: VersionedLake, ref: str, manifest: Mapping[str, Any], evidence: CandidateEvidence
-) -> None:
-    """The ONNX and the shipped engine must be on ``main`` byte for byte as the manifest says."""
-    for label, entry in (("onnx", manifest.get("onnx")), ("engine", manifest.get("ship"))):
-        if not entry or not entry.get("key") or not entry.get("sha256"):
-            evidence.failures.append(
-                GateFailure(ARTIFACTS_GATE, f"manifest has no {label} key/sha256")
-            )
-            continue
-        data = _read(lake, ref, str(entry["key"]))
-        if data is None:
-            evidence.failures.append(
-                GateFailure(ARTIFACTS_GATE, f"{label} missing ({entry['key']})")
-            )
-        elif sha256_hex(data) != entry["sha256"]:
-            evidence.failures.append(
-                GateFailure(
-                    ARTIFACTS_GATE,
-                    f"{label} {entry['key']} has sha256 {sha256_hex(data)[:12]}, the manifest "
-                    f"says {str(entry['sha256'])[:12]}",
-                )
-            )
-
-
-def _evaluate_determinism(
-    lake: VersionedLake,
-    ref: str,
-    manifest: Mapping[str, Any],
-    evidence: CandidateEvidence,
-    settings: DeterminismSettings | None,
-) -> None:
-    """Run the shipped engine (already verified byte for byte) through the determinism check."""
-    ship = manifest.get("ship") or {}
-    data = _read(lake, ref, str(ship.get("key") or ""))
-    if data is None or sha256_hex(data) != ship.get("sha256"):
-        return  # the artifacts gate has named the problem; nothing trustworthy to run
-    result = check_engine(
-        data, perception_spec(), runtime_target=str(ship.get("target") or ""), settings=settings
-    )
-    evidence.determinism = result
-    if not result.deterministic:
-        evidence.failures.append(GateFailure(DETERMINISM_GATE, result.reason))
-
-
-def collect_evidence(
-    lake: VersionedLake,
-    model_version: str,
-    ref: str = MAIN_BRANCH,
-    gates: Iterable[str] | None = None,
-    determinism: DeterminismSettings | None = None,
-) -> CandidateEvidence:
-    """Re-verify every required gate of ``model_version`` from what is on ``ref``, and check
-    that the shipped engine is deterministic (``determinism``: gates.yaml when ``None``).
-
-    Never stops at the first failure: the result names every failed gate, so one refusal tells
-    the operator everything that must be fixed.
-    """
-    model_version = str(model_version)
-    key = manifest_key(model_version)
-    manifest_bytes = _read(lake, ref, key)
-    manifest: dict[str, Any] | None = None
-    evidence = CandidateEvidence(
-        model_version=model_version,
-        manifest_key=key,
-        manifest=None,
-        manifest_sha256=sha256_hex(manifest_bytes) if manifest_bytes is not None else None,
-    )
-    if manifest_bytes is None:
-        evidence.failures.append(GateFailure(ARTIFACTS_GATE, f"candidate manifest missing ({key})"))
-    else:
-        try:
-            manifest = json.loads(manifest_bytes)
-            if not isinstance(manifest, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as error:
-            manifest = None
-            evidence.failures.append(
-                GateFailure(ARTIFACTS_GATE, f"candidate manifest {key} unreadable ({error})")
-            )
-    if manifest is not None:
-        evidence.manifest = manifest
-        if str(manifest.get("model_version")) != model_version:
-            evidence.failures.append(
-                GateFailure(
-                    ARTIFACTS_GATE,
-                    f"manifest {key} is for model version {manifest.get('model_version')!r}",
-                )
-            )
-        _evaluate_artifacts(lake, ref, manifest, evidence)
-        _evaluate_determinism(lake, ref, manifest, evidence, determinism)
-    for gate in gates if gates is not None else required_gates():
-        _evaluate_report(lake, ref, model_version, gate, manifest, evidence)
-    return evidence
-
-
 # ------------------------------------------------------------------------ signing, checking
-def canonical_bytes(body: Mapping[str, Any]) -> bytes:
-    """The exact bytes a signature covers: sorted keys, no whitespace, UTF-8."""
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def build_certificate(
     evidence: CandidateEvidence,
     *,
@@ -356,7 +133,7 @@ def build_certificate(
 
 
 def sign_certificate(body: Mapping[str, Any], signer: Ed25519PrivateKey) -> dict[str, Any]:
-    signature = signer.sign(canonical_bytes(body))
+    signature = signer.sign(canonical_json(body))
     return {
         "certificate": dict(body),
         "signature": {
@@ -365,11 +142,6 @@ def sign_certificate(body: Mapping[str, Any], signer: Ed25519PrivateKey) -> dict
             "value": base64.b64encode(signature).decode(),
         },
     }
-
-
-def certificate_bytes(document: Mapping[str, Any]) -> bytes:
-    """The stored form: indented, sorted JSON (the signature covers the canonical body only)."""
-    return (json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
 
 def _trusted(public_keys: Ed25519PublicKey | Iterable[Ed25519PublicKey]) -> dict[str, Any]:
@@ -399,7 +171,7 @@ def verify_signature(
             f"{', '.join(k[:16] for k in trusted)}"
         )
     try:
-        trusted[signer_id].verify(value, canonical_bytes(body))
+        trusted[signer_id].verify(value, canonical_json(body))
     except InvalidSignature:
         raise CertificateError(
             "bad signature: the certificate was altered after signing or was not signed by "
@@ -422,8 +194,8 @@ def verify_certificate(
     file whose bytes on ``ref`` no longer match the certified hash (tampered or missing).
     """
     model_version = str(model_version)
-    key = certificate_key(model_version)
-    data = _read(lake, ref, key)
+    key = candidate_certificate_key(model_version)
+    data = read_if_exists(lake, ref, key)
     if data is None:
         raise CertificateError(f"model version {model_version} is not certified: no {key} on {ref}")
     try:
@@ -439,7 +211,7 @@ def verify_certificate(
     certified = [(f"report {gate}", entry) for gate, entry in sorted(body["reports"].items())]
     certified += [("engine", body["engine"]), ("onnx", body["onnx"])]
     for label, entry in certified:
-        current = _read(lake, ref, entry["key"])
+        current = read_if_exists(lake, ref, entry["key"])
         if current is None:
             problems.append(f"{label} missing ({entry['key']})")
         elif sha256_hex(current) != entry["sha256"]:
@@ -518,7 +290,7 @@ def certify_candidate(
     evidence = collect_evidence(lake, model_version, determinism=determinism)
     if not evidence.passed:
         raise CertificationRefused(model_version, evidence.failures)
-    key = certificate_key(model_version)
+    key = candidate_certificate_key(model_version)
     if lake.object_exists(MAIN_BRANCH, key):
         try:
             existing = verify_certificate(lake, model_version, signer.public_key())
@@ -529,7 +301,7 @@ def certify_candidate(
                 model_version, existing, key, existing["certificate_sha256"], None
             )
     document = build_certificate(evidence, signer=signer, issued_at=issued_at, issued_by=issued_by)
-    data = certificate_bytes(document)
+    data = json_document(document)
     commit = publish_objects(
         lake,
         root_run_id,

@@ -14,12 +14,13 @@ and must agree bit for bit.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
+
+from .rollout_state import ACTIVE_STATUSES, RolloutState
 
 HASH_SPACE = 2**64
 # Rollout statuses in which the candidate is installed on its cohort (release/rollout/<v>.json).
-CANDIDATE_STATUSES = ("in_progress", "awaiting_approval")
+CANDIDATE_STATUSES = ACTIVE_STATUSES
 
 
 def cohort_position(vehicle_key: str, salt: str) -> float:
@@ -53,14 +54,14 @@ def select_cohort(vehicle_keys: Iterable[str], percent: float, salt: str) -> set
     return {key for key in vehicle_keys if in_cohort(key, percent, salt)}
 
 
-def candidate_cohort_percent(state: Mapping[str, Any] | None) -> float:
+def candidate_cohort_percent(state: RolloutState | None) -> float:
     """The share of the fleet that runs the candidate of ``state`` right now (0 when none)."""
-    if not state or state.get("status") not in CANDIDATE_STATUSES:
+    if state is None or state.status not in CANDIDATE_STATUSES:
         return 0.0
-    return float(state.get("cohort_percent") or 0.0)
+    return state.cohort_percent
 
 
-def runs_candidate(state: Mapping[str, Any] | None, vehicle_key: str) -> bool:
+def runs_candidate(state: RolloutState | None, vehicle_key: str) -> bool:
     """Whether ``vehicle_key`` runs the candidate of rollout ``state`` (else production).
 
     ``state`` is a rollout state (``release/rollout/<v>.json``); the same rule the vehicle's
@@ -69,4 +70,4 @@ def runs_candidate(state: Mapping[str, Any] | None, vehicle_key: str) -> bool:
     percent = candidate_cohort_percent(state)
     if percent <= 0.0 or state is None:
         return False
-    return in_cohort(vehicle_key, percent, str(state["cohort_salt"]))
+    return in_cohort(vehicle_key, percent, state.cohort_salt)

@@ -2,11 +2,10 @@
 
 import dagster as dg
 
-from aiinfra_pipelines.config import load_resource_yaml
-
 from .assets_certification import certificate_valid, certified_engine
 from .assets_ota import ota_release
 from .assets_rollout import rollout, shadow_report
+from .ota import OtaSettings
 
 # Vehicles reject a timestamp older than its expiry (a freeze attack looks exactly like a
 # repository nobody re-signs), so the OTA metadata is refreshed on a clock, not only when a
@@ -14,7 +13,7 @@ from .assets_rollout import rollout, shadow_report
 ota_timestamp_refresh = dg.ScheduleDefinition(
     name="ota_timestamp_refresh",
     target=dg.AssetSelection.assets(ota_release),
-    cron_schedule=str(load_resource_yaml("release.yaml")["ota"]["timestamp_refresh_cron"]),
+    cron_schedule=OtaSettings.load().timestamp_refresh_cron,
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Re-sign the OTA timestamp (ota_release) before it expires.",
 )

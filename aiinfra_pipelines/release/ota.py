@@ -12,45 +12,48 @@ Only certified engines are listed: each one's certificate is verified (signature
 hash it binds) before it enters the metadata. The repository is consistent-snapshot: every
 version of ``targets``/``snapshot``/``root`` stays on ``main`` as ``<version>.<role>.json`` and
 engine files as ``<sha256>.<name>``, so a vehicle mid-update still finds what it started on.
+
+This module decides what to offer and reads the stored repository; signing and publishing
+the next version is ``ota_signing.py``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from securesystemslib.signer import CryptoSigner
 from tuf.api import exceptions as tuf_exceptions
 from tuf.api.metadata import (
     Metadata,
-    MetaFile,
     Root,
-    Signed,
     Snapshot,
     TargetFile,
     Targets,
     Timestamp,
 )
-from tuf.api.serialization.json import JSONSerializer
 
-from aiinfra_pipelines.config import load_resource_yaml
-from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.config import settings_section
+from aiinfra_pipelines.lake.layout import (
+    CURRENT_ROLLOUT_KEY,
+    MAIN_BRANCH,
+    OTA_METADATA_PREFIX,
+    OTA_TARGETS_PREFIX,
+    PRODUCTION_POINTER_KEY,
+    rollout_state_key,
+)
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
 
-from .certificate import CertificateError, sha256_hex, verify_certificate
+from .certificate import CertificateError, verify_certificate
+from .certificate_evidence import sha256_hex
 from .cohorts import CANDIDATE_STATUSES
-from .keys import TUF_ROLES, ReleaseKeys
+from .keys import TUF_ROLES
+from .rollout_state import RolloutState
+from .rollout_store import current_version, read_state
 
-OTA_PREFIX = "ota/"
-METADATA_PREFIX = f"{OTA_PREFIX}metadata/"
-TARGETS_PREFIX = f"{OTA_PREFIX}targets/"
-ROLLOUT_PREFIX = "release/rollout/"
-ROLLOUT_CURRENT_KEY = f"{ROLLOUT_PREFIX}current.json"
 PRODUCTION_CHANNEL = "production"
 CANDIDATE_CHANNEL = "candidate"
 HASH_ALGORITHM = "sha256"
@@ -77,55 +80,64 @@ class OtaRefused(OtaError):
 # -------------------------------------------------------------------------------- settings
 @dataclass(frozen=True)
 class TufSettings:
+    """``release.yaml`` ``tuf``: signing thresholds and metadata expiry per TUF role."""
+
     thresholds: dict[str, int]
     expiry: dict[str, timedelta]
     renew_when_remaining: float
     consistent_snapshot: bool
 
+    @classmethod
+    def load(cls, config: Mapping[str, Any] | None = None) -> TufSettings:
+        """From ``release.yaml`` (or ``config``, the whole file); every role needs both values."""
+        tuf = settings_section("release.yaml", "tuf", config)
+        thresholds, expiry_days = tuf.section("thresholds"), tuf.section("expiry_days")
+        missing = [role for role in TUF_ROLES if role not in thresholds or role not in expiry_days]
+        if missing:
+            raise OtaError(
+                f"resources/release.yaml tuf: no threshold/expiry for {', '.join(missing)}"
+            )
+        by_role = {role: thresholds.int(role) for role in TUF_ROLES}
+        if any(value < 1 for value in by_role.values()):
+            raise OtaError(f"resources/release.yaml tuf.thresholds must be >= 1: {by_role}")
+        return cls(
+            thresholds=by_role,
+            expiry={role: timedelta(days=expiry_days.float(role)) for role in TUF_ROLES},
+            renew_when_remaining=tuf.float("renew_when_remaining"),
+            consistent_snapshot=tuf.bool("consistent_snapshot", True),
+        )
+
 
 @dataclass(frozen=True)
 class OtaSettings:
+    """``release.yaml`` ``ota`` and the fleet's vehicle models (``fleet.yaml``)."""
+
     engine_filename: str
     vehicle_models: list[str]
     default_targets: list[str]
     targets_by_vehicle_model: dict[str, list[str]]
+    timestamp_refresh_cron: str = ""
 
     def targets_for(self, vehicle_model: str) -> list[str]:
         return self.targets_by_vehicle_model.get(vehicle_model, self.default_targets)
 
-
-def tuf_settings() -> TufSettings:
-    tuf = load_resource_yaml("release.yaml")["tuf"]
-    missing = [
-        role
-        for role in TUF_ROLES
-        if role not in tuf["thresholds"] or role not in tuf["expiry_days"]
-    ]
-    if missing:
-        raise OtaError(f"resources/release.yaml tuf: no threshold/expiry for {', '.join(missing)}")
-    thresholds = {role: int(tuf["thresholds"][role]) for role in TUF_ROLES}
-    if any(value < 1 for value in thresholds.values()):
-        raise OtaError(f"resources/release.yaml tuf.thresholds must be >= 1: {thresholds}")
-    return TufSettings(
-        thresholds=thresholds,
-        expiry={role: timedelta(days=float(tuf["expiry_days"][role])) for role in TUF_ROLES},
-        renew_when_remaining=float(tuf["renew_when_remaining"]),
-        consistent_snapshot=bool(tuf.get("consistent_snapshot", True)),
-    )
-
-
-def ota_settings() -> OtaSettings:
-    ota = load_resource_yaml("release.yaml")["ota"]
-    fleet = load_resource_yaml("fleet.yaml")["fleet"]
-    return OtaSettings(
-        engine_filename=str(ota["engine_filename"]),
-        vehicle_models=[str(model["name"]) for model in fleet["vehicle_models"]],
-        default_targets=[str(t) for t in ota["default_targets"]],
-        targets_by_vehicle_model={
-            str(model): [str(t) for t in targets]
-            for model, targets in (ota.get("targets_by_vehicle_model") or {}).items()
-        },
-    )
+    @classmethod
+    def load(
+        cls, config: Mapping[str, Any] | None = None, fleet: Mapping[str, Any] | None = None
+    ) -> OtaSettings:
+        """From ``release.yaml`` and ``fleet.yaml`` (or ``config``/``fleet``, whole files)."""
+        ota = settings_section("release.yaml", "ota", config)
+        models = settings_section("fleet.yaml", "fleet", fleet).sections("vehicle_models")
+        by_model = ota.section("targets_by_vehicle_model", {})
+        return cls(
+            engine_filename=ota.str("engine_filename"),
+            vehicle_models=[model.str("name") for model in models],
+            default_targets=[str(t) for t in ota.list("default_targets")],
+            targets_by_vehicle_model={
+                str(model): [str(t) for t in by_model.list(model)] for model in by_model.values
+            },
+            timestamp_refresh_cron=ota.str("timestamp_refresh_cron"),
+        )
 
 
 def target_path(vehicle_model: str, engine_target: str, channel: str, filename: str) -> str:
@@ -136,7 +148,7 @@ def target_path(vehicle_model: str, engine_target: str, channel: str, filename: 
 def stored_target_key(path: str, sha256: str) -> str:
     """Where a target file lives in the lake: consistent-snapshot naming ``<hash>.<name>``."""
     directory, _, name = path.rpartition("/")
-    return f"{TARGETS_PREFIX}{directory}/{sha256}.{name}"
+    return f"{OTA_TARGETS_PREFIX}{directory}/{sha256}.{name}"
 
 
 # ------------------------------------------------------------------------- what to offer
@@ -176,15 +188,17 @@ class EngineOffer:
         return custom
 
 
-def read_rollout_state(lake: VersionedLake, ref: str = MAIN_BRANCH) -> dict[str, Any] | None:
-    """The current rollout (``release/rollout/current.json`` → ``<version>.json``), if any."""
-    if not lake.object_exists(ref, ROLLOUT_CURRENT_KEY):
+def read_rollout_state(lake: VersionedLake, ref: str = MAIN_BRANCH) -> RolloutState | None:
+    """The current rollout (``release/rollout/current.json`` → ``<version>.json``), if any;
+    a ``current.json`` naming a missing state is refused, not read as "no rollout"."""
+    version = current_version(lake, ref)
+    if version is None:
         return None
-    version = str(lake.get_json(ref, ROLLOUT_CURRENT_KEY)["model_version"])
-    key = f"{ROLLOUT_PREFIX}{version}.json"
-    if not lake.object_exists(ref, key):
-        raise OtaError(f"{ROLLOUT_CURRENT_KEY} names model version {version} but {key} is missing")
-    return lake.get_json(ref, key)
+    state = read_state(lake, version, ref)
+    if state is None:
+        key = rollout_state_key(version)
+        raise OtaError(f"{CURRENT_ROLLOUT_KEY} names model version {version} but {key} is missing")
+    return state
 
 
 def _certified_offer(
@@ -233,12 +247,12 @@ def plan_offers(
     Raises ``OtaRefused`` naming every engine whose certificate does not verify (or that is
     not the engine its certificate names); nothing is offered then.
     """
-    settings = settings or ota_settings()
+    settings = settings or OtaSettings.load()
     problems: list[str] = []
     offers: list[EngineOffer] = []
     production_version: str | None = None
-    if lake.object_exists(ref, PRODUCTION_POINTER_KEY):
-        pointer = lake.get_json(ref, PRODUCTION_POINTER_KEY)
+    pointer = lake.get_json_or_none(ref, PRODUCTION_POINTER_KEY)
+    if pointer is not None:
         production_version = str(pointer["version"])
         expected = pointer.get("engine_sha256") or sha256_hex(
             lake.get_object(pointer.get("commit") or ref, pointer["onnx_key"])
@@ -250,20 +264,20 @@ def plan_offers(
     state = read_rollout_state(lake, ref)
     if (
         state is not None
-        and state.get("status") in CANDIDATE_STATUSES
-        and str(state["model_version"]) != production_version
+        and state.status in CANDIDATE_STATUSES
+        and state.model_version != production_version
     ):
         offer = _certified_offer(
             lake,
             ref,
             CANDIDATE_CHANNEL,
-            str(state["model_version"]),
-            state.get("engine_sha256"),
+            state.model_version,
+            state.engine_sha256,
             public_keys,
             problems,
-            cohort_percent=float(state["cohort_percent"]),
-            cohort_salt=str(state["cohort_salt"]),
-            rollout_stage=str(state.get("stage", "")),
+            cohort_percent=state.cohort_percent,
+            cohort_salt=state.cohort_salt,
+            rollout_stage=state.stage,
         )
         offers += [offer] if offer else []
     if problems:
@@ -315,9 +329,9 @@ class RepositoryState:
 
 def metadata_key(role: str, version: int | None = None) -> str:
     return (
-        f"{METADATA_PREFIX}{role}.json"
+        f"{OTA_METADATA_PREFIX}{role}.json"
         if version is None
-        else (f"{METADATA_PREFIX}{version}.{role}.json")
+        else (f"{OTA_METADATA_PREFIX}{version}.{role}.json")
     )
 
 
@@ -329,8 +343,8 @@ def load_repository(lake: VersionedLake, ref: str = MAIN_BRANCH) -> RepositorySt
     issue a lower version than it already has.
     """
     newest: dict[str, int] = {}
-    for stat in lake.list_objects(ref, METADATA_PREFIX):
-        match = _VERSIONED_NAME.match(stat.key[len(METADATA_PREFIX) :])
+    for stat in lake.list_objects(ref, OTA_METADATA_PREFIX):
+        match = _VERSIONED_NAME.match(stat.key[len(OTA_METADATA_PREFIX) :])
         if match:
             role = match.group(2)
             newest[role] = max(newest.get(role, 0), int(match.group(1)))
@@ -338,7 +352,9 @@ def load_repository(lake: VersionedLake, ref: str = MAIN_BRANCH) -> RepositorySt
     if not newest:
         return state
     if "root" not in newest:
-        raise OtaError(f"{METADATA_PREFIX} holds role metadata but no root: repository is corrupt")
+        raise OtaError(
+            f"{OTA_METADATA_PREFIX} holds role metadata but no root: repository is corrupt"
+        )
     for role, version in newest.items():
         setattr(state, role, Metadata.from_bytes(lake.get_object(ref, metadata_key(role, version))))
     try:
@@ -360,169 +376,3 @@ def root_metadata(lake: VersionedLake, version: int | None = None, ref: str = MA
     if not lake.object_exists(ref, key):
         raise OtaError(f"no OTA root metadata at {key} on {ref}: run ota_release first")
     return lake.get_object(ref, key)
-
-
-# ------------------------------------------------------------------------------- publishing
-@dataclass(frozen=True)
-class OtaPublication:
-    versions: dict[str, int]
-    resigned: list[str]
-    targets: dict[str, dict[str, Any]]
-    uncovered: list[str]
-    commit: str
-
-
-def _renewal_due(signed: Signed, period: timedelta, fraction: float, now: datetime) -> bool:
-    return signed.expires - now < period * fraction
-
-
-def _role_keys_differ(root: Root, signers: dict[str, list[CryptoSigner]], tuf: TufSettings) -> bool:
-    for role in TUF_ROLES:
-        wanted = sorted(signer.public_key.keyid for signer in signers[role])
-        if (
-            sorted(root.roles[role].keyids) != wanted
-            or root.roles[role].threshold != (tuf.thresholds[role])
-        ):
-            return True
-    return False
-
-
-def _sign(signed: Signed, signers: list[CryptoSigner]) -> Metadata:
-    metadata = Metadata(signed)
-    for signer in signers:
-        metadata.sign(signer, append=True)
-    return metadata
-
-
-def _serialize(metadata: Metadata) -> bytes:
-    return metadata.to_bytes(JSONSerializer(compact=False))
-
-
-def _new_root(
-    current: Metadata[Root] | None,
-    signers: dict[str, list[CryptoSigner]],
-    tuf: TufSettings,
-    now: datetime,
-) -> Metadata[Root]:
-    root = Root(
-        version=(current.signed.version + 1) if current else 1,
-        expires=now + tuf.expiry["root"],
-        consistent_snapshot=tuf.consistent_snapshot,
-    )
-    for role in TUF_ROLES:
-        for signer in signers[role]:
-            root.add_key(signer.public_key, role)
-        root.roles[role].threshold = tuf.thresholds[role]
-    if current is not None:
-        # Vehicles accept root N+1 only if root N's own keys sign it (threshold of them).
-        previous = current.signed.roles[Root.type]
-        available = {signer.public_key.keyid for signer in signers["root"]}
-        if len(available & set(previous.keyids)) < previous.threshold:
-            raise OtaError(
-                f"the root keys changed: root v{root.version} must also be signed by "
-                f"{previous.threshold} key(s) of root v{current.signed.version}, which are not "
-                "configured; sign the new root with the previous root keys offline"
-            )
-    return _sign(root, signers["root"])
-
-
-def publish_ota_repository(
-    lake: VersionedLake,
-    keys: ReleaseKeys,
-    offers: list[EngineOffer],
-    *,
-    root_run_id: str,
-    now: datetime | None = None,
-    tuf: TufSettings | None = None,
-    settings: OtaSettings | None = None,
-) -> OtaPublication:
-    """Sign the next repository version for ``offers`` and publish it to ``main`` in one merge.
-
-    A role gets a new version when its content changes, when its keys or threshold changed,
-    or when its renewal is due; the timestamp gets one on every call (that is what keeps
-    vehicles' view fresh). Versions continue from the newest stored one, so they only grow.
-    """
-    tuf = tuf or tuf_settings()
-    settings = settings or ota_settings()
-    now = (now or datetime.now(UTC)).replace(microsecond=0)
-    current = load_repository(lake)
-    signers = {
-        role: [CryptoSigner(key) for key in keys.tuf_signers(role, tuf.thresholds[role])]
-        for role in TUF_ROLES
-    }
-    objects: dict[str, bytes] = {}
-    resigned: list[str] = []
-
-    def due(role: str) -> bool:
-        metadata = getattr(current, role)
-        return metadata is None or _renewal_due(
-            metadata.signed, tuf.expiry[role], tuf.renew_when_remaining, now
-        )
-
-    root = current.root
-    if root is None or due("root") or _role_keys_differ(root.signed, signers, tuf):
-        root = _new_root(current.root, signers, tuf, now)
-        data = _serialize(root)
-        objects[metadata_key("root", root.signed.version)] = data
-        objects[metadata_key("root")] = data
-        resigned.append("root")
-
-    wanted, sources, uncovered = desired_targets(offers, settings)
-    targets = current.targets
-    if targets is None or "root" in resigned or due("targets") or targets.signed.targets != wanted:
-        targets = _sign(
-            Targets(
-                version=current.version("targets") + 1,
-                expires=now + tuf.expiry["targets"],
-                targets=wanted,
-            ),
-            signers["targets"],
-        )
-        objects[metadata_key("targets", targets.signed.version)] = _serialize(targets)
-        resigned.append("targets")
-        for path, offer in sources.items():
-            key = stored_target_key(path, offer.engine_sha256)
-            if not lake.object_exists(MAIN_BRANCH, key):
-                objects[key] = offer.data
-
-    snapshot = current.snapshot
-    if "targets" in resigned or due("snapshot"):
-        snapshot = _sign(
-            Snapshot(
-                version=current.version("snapshot") + 1,
-                expires=now + tuf.expiry["snapshot"],
-                meta={"targets.json": MetaFile(version=targets.signed.version)},
-            ),
-            signers["snapshot"],
-        )
-        objects[metadata_key("snapshot", snapshot.signed.version)] = _serialize(snapshot)
-        resigned.append("snapshot")
-
-    timestamp = _sign(
-        Timestamp(
-            version=current.version("timestamp") + 1,
-            expires=now + tuf.expiry["timestamp"],
-            snapshot_meta=MetaFile(version=snapshot.signed.version),
-        ),
-        signers["timestamp"],
-    )
-    timestamp_bytes = _serialize(timestamp)
-    objects[metadata_key("timestamp", timestamp.signed.version)] = timestamp_bytes
-    objects[metadata_key("timestamp")] = timestamp_bytes
-    resigned.append("timestamp")
-
-    versions = {
-        "root": root.signed.version,
-        "targets": targets.signed.version,
-        "snapshot": snapshot.signed.version,
-        "timestamp": timestamp.signed.version,
-    }
-    commit = publish_objects(
-        lake,
-        root_run_id,
-        objects,
-        f"OTA repository: targets v{versions['targets']}, timestamp v{versions['timestamp']}",
-        {"kind": "ota", **{f"{role}_version": str(v) for role, v in versions.items()}},
-    )
-    listed = {path: dict(target.custom) for path, target in targets.signed.targets.items()}
-    return OtaPublication(versions, resigned, listed, uncovered, commit)

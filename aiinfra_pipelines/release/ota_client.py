@@ -26,17 +26,11 @@ from tuf.ngclient import Updater
 from tuf.ngclient.fetcher import FetcherInterface
 
 from aiinfra_pipelines.lake.errors import NotFoundError
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH, OTA_METADATA_PREFIX, OTA_TARGETS_PREFIX
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
 from .cohorts import in_cohort
-from .ota import (
-    CANDIDATE_CHANNEL,
-    METADATA_PREFIX,
-    PRODUCTION_CHANNEL,
-    TARGETS_PREFIX,
-    target_path,
-)
+from .ota import CANDIDATE_CHANNEL, PRODUCTION_CHANNEL, target_path
 
 LAKE_SCHEME = "lake://"
 
@@ -98,14 +92,14 @@ class VehicleUpdater:
         engine_filename: str | None = None,
         ref: str = MAIN_BRANCH,
     ) -> None:
-        from .ota import ota_settings
+        from .ota import OtaSettings
 
         self.lake = lake
         self.vin = vin
         self.vehicle_model = vehicle_model
         self.engine_target = engine_target
         self.cache_dir = Path(cache_dir)
-        self.engine_filename = engine_filename or ota_settings().engine_filename
+        self.engine_filename = engine_filename or OtaSettings.load().engine_filename
         self.fetcher = LakeFetcher(lake, ref)
         self._trusted_root = trusted_root
 
@@ -118,9 +112,9 @@ class VehicleUpdater:
         # rotated roots the car already accepted are replayed from its cache's root history.
         return Updater(
             metadata_dir=str(metadata_dir),
-            metadata_base_url=f"{LAKE_SCHEME}{METADATA_PREFIX}",
+            metadata_base_url=f"{LAKE_SCHEME}{OTA_METADATA_PREFIX}",
             target_dir=str(target_dir),
-            target_base_url=f"{LAKE_SCHEME}{TARGETS_PREFIX}",
+            target_base_url=f"{LAKE_SCHEME}{OTA_TARGETS_PREFIX}",
             fetcher=self.fetcher,
             bootstrap=self._trusted_root,
         )

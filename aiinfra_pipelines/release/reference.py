@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiinfra_pipelines.datasets.selection import read_json_if_exists
-from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.layout import (
+    MAIN_BRANCH,
+    PRODUCTION_POINTER_KEY,
+    candidate_manifest_key,
+    candidate_report_key,
+)
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 
-from .certificate import default_report_key, manifest_key
-from .rollout import ACTIVE_STATUSES, production_pointer, read_current
+from .rollout import production_pointer
+from .rollout_store import read_current
 
 ROLLOUT, PRODUCTION = "rollout", "production"
 # The gate reports that compare a candidate with its reference release (each records the
@@ -34,20 +37,15 @@ def reference_release(lake: VersionedLake, excluding: str | None = None) -> dict
     re-evaluation of the version now rolling out compares it with production).
     """
     state = read_current(lake)
-    if (
-        state is not None
-        and state.get("status") in ACTIVE_STATUSES
-        and str(state["model_version"]) != str(excluding)
-    ):
-        version = str(state["model_version"])
-        key = manifest_key(version)
-        if lake.object_exists(MAIN_BRANCH, key):
-            manifest = lake.get_json(MAIN_BRANCH, key)
+    if state is not None and state.is_active and state.model_version != str(excluding):
+        version = state.model_version
+        key = candidate_manifest_key(version)
+        manifest = lake.get_json_or_none(MAIN_BRANCH, key)
+        if manifest is not None:
             pointer = production_pointer(manifest, lake.resolve_ref(MAIN_BRANCH))
             return {**pointer, "source": ROLLOUT}
-    if lake.object_exists(MAIN_BRANCH, PRODUCTION_POINTER_KEY):
-        return {**lake.get_json(MAIN_BRANCH, PRODUCTION_POINTER_KEY), "source": PRODUCTION}
-    return None
+    pointer = lake.get_json_or_none(MAIN_BRANCH, PRODUCTION_POINTER_KEY)
+    return None if pointer is None else {**pointer, "source": PRODUCTION}
 
 
 def gated_against(lake: VersionedLake, model_version: str, ref: str = MAIN_BRANCH) -> str | None:
@@ -56,7 +54,7 @@ def gated_against(lake: VersionedLake, model_version: str, ref: str = MAIN_BRANC
     field, or they disagree (the reference moved between the two gates)."""
     versions: set[str] = set()
     for gate in REFERENCE_GATES:
-        report = read_json_if_exists(lake, default_report_key(str(model_version), gate), ref)
+        report = lake.get_json_or_none(ref, candidate_report_key(str(model_version), gate))
         version = (report or {}).get("reference_version")
         if version is None:
             return None

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 
 CANDIDATE_ALIAS = "candidate"
 PRODUCTION_ALIAS = "production"
@@ -27,8 +27,8 @@ class RegistryError(RuntimeError):
 
 def registered_model_name() -> str:
     """``resources/training.yaml`` → ``mlflow.registered_model`` (default ``perception``)."""
-    mlflow_settings = load_resource_yaml("training.yaml").get("mlflow") or {}
-    return str(mlflow_settings.get("registered_model") or DEFAULT_REGISTERED_MODEL)
+    mlflow_settings = settings_section("training.yaml").section("mlflow", {})
+    return str(mlflow_settings.raw("registered_model", None) or DEFAULT_REGISTERED_MODEL)
 
 
 @dataclass(frozen=True)

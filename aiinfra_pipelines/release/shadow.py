@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.fleet.perception import Perception
 from aiinfra_pipelines.fleet.planner import ACTION_NAMES, PlannerConfig, RulePlanner
 from aiinfra_pipelines.lake.io_manager import DATA_PREFIX, read_parquet_prefix
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.mining.rules import BADCASE_COLUMNS, TAGS
 from aiinfra_pipelines.perception.engine import Predictions
 
@@ -62,19 +62,22 @@ class ShadowSettings:
     max_fallback_rate_increase: float
 
     @classmethod
-    def from_gates(cls, gates: Mapping[str, Any] | None = None) -> ShadowSettings:
-        gates = gates if gates is not None else load_resource_yaml("gates.yaml")
-        section = (gates.get("release") or {}).get("shadow") or gates.get("shadow")
-        if not section:
+    def load(cls, config: Mapping[str, Any] | None = None) -> ShadowSettings:
+        """From ``gates.yaml`` (or ``config``, the whole gates mapping); errors name the key."""
+        gates = settings_section("gates.yaml", "", config)
+        nested = bool((gates.raw("release", None) or {}).get("shadow"))
+        if not nested and not gates.raw("shadow", None):
             raise KeyError("gates.yaml has no release.shadow section (shadow mode settings)")
-        window = section["window"]
+        path = "release.shadow" if nested else "shadow"  # top level: older gates files
+        section = settings_section("gates.yaml", path, gates.values)
+        window = section.section("window")
         return cls(
-            max_logs=int(window["max_logs"]),
-            max_age_days=float(window["max_age_days"]),
-            max_frames=int(window["max_frames"]),
-            min_frames=int(section["min_frames"]),
-            min_occupancy_agreement=float(section["min_occupancy_agreement"]),
-            max_fallback_rate_increase=float(section["max_fallback_rate_increase"]),
+            max_logs=window.int("max_logs"),
+            max_age_days=window.float("max_age_days"),
+            max_frames=window.int("max_frames"),
+            min_frames=section.int("min_frames"),
+            min_occupancy_agreement=section.float("min_occupancy_agreement"),
+            max_fallback_rate_increase=section.float("max_fallback_rate_increase"),
         )
 
 

@@ -15,20 +15,20 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.fleet.vehicles import is_valid_vin
-from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.layout import (
+    CANDIDATES_PREFIX,
+    DATASETS_PREFIX,
+    MAIN_BRANCH,
+    PRODUCTION_POINTER_KEY,
+    candidate_certificate_key,
+    candidate_manifest_key,
+)
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.perception.deployed import BOOTSTRAP_VERSION
 
-from .certificate import (
-    CANDIDATES_PREFIX,
-    CertificateError,
-    certificate_key,
-    manifest_key,
-    verify_certificate,
-)
+from .certificate import CertificateError, verify_certificate
 from .cohorts import CANDIDATE_STATUSES, in_cohort
 from .ota import read_rollout_state
 
@@ -84,10 +84,6 @@ class TraceResult:
 
 
 # ------------------------------------------------------------------------------- reading
-def _json_if_exists(lake: VersionedLake, ref: str, key: str) -> Any | None:
-    return lake.get_json(ref, key) if lake.object_exists(ref, key) else None
-
-
 def _manifests(lake: VersionedLake, ref: str) -> dict[str, dict[str, Any]]:
     found = {}
     for stat in lake.list_objects(ref, CANDIDATES_PREFIX):
@@ -99,15 +95,12 @@ def _manifests(lake: VersionedLake, ref: str) -> dict[str, dict[str, Any]]:
 
 def _roles(lake: VersionedLake, ref: str, model_version: str) -> list[str]:
     roles = []
-    pointer = _json_if_exists(lake, ref, PRODUCTION_POINTER_KEY)
+    pointer = lake.get_json_or_none(ref, PRODUCTION_POINTER_KEY)
     if pointer and str(pointer.get("version")) == model_version:
         roles.append("production")
     state = read_rollout_state(lake, ref)
-    if state and str(state.get("model_version")) == model_version:
-        roles.append(
-            f"rollout {state.get('status')} at {state.get('cohort_percent')}% "
-            f"(stage {state.get('stage')})"
-        )
+    if state and state.model_version == model_version:
+        roles.append(f"rollout {state.status} at {state.cohort_percent}% (stage {state.stage})")
     return roles
 
 
@@ -138,10 +131,10 @@ def lineage(
 ) -> Lineage:
     """Everything ``main`` says about where ``model_version`` came from."""
     model_version = str(model_version)
-    manifest = manifest or _json_if_exists(lake, ref, manifest_key(model_version))
+    manifest = manifest or lake.get_json_or_none(ref, candidate_manifest_key(model_version))
     certificate: dict[str, Any] | None = None
     keys = list(public_keys or [])
-    if not lake.object_exists(ref, certificate_key(model_version)):
+    if not lake.object_exists(ref, candidate_certificate_key(model_version)):
         status = "not certified"
     elif keys:
         try:
@@ -149,11 +142,13 @@ def lineage(
             status = f"valid (signed by key {certificate['key_id'][:16]})"
         except CertificateError as error:
             status = f"INVALID: {error}"
-            certificate = (_json_if_exists(lake, ref, certificate_key(model_version)) or {}).get(
-                "certificate"
-            )
+            certificate = (
+                lake.get_json_or_none(ref, candidate_certificate_key(model_version)) or {}
+            ).get("certificate")
     else:
-        certificate = lake.get_json(ref, certificate_key(model_version)).get("certificate")
+        certificate = lake.get_json(ref, candidate_certificate_key(model_version)).get(
+            "certificate"
+        )
         status = "present, signature not checked (no trusted public key available)"
     source = manifest or certificate or {}
     dataset_version = source.get("dataset_version")
@@ -174,8 +169,8 @@ def lineage(
 
 # ------------------------------------------------------------------------------- matching
 def _vehicle_model_of(vin: str) -> str | None:
-    models = load_resource_yaml("fleet.yaml")["fleet"]["vehicle_models"]
-    return next((str(m["name"]) for m in models if vin.startswith(str(m["wmi"]))), None)
+    models = settings_section("fleet.yaml", "fleet").sections("vehicle_models")
+    return next((m.str("name") for m in models if vin.startswith(m.str("wmi"))), None)
 
 
 def vehicle_assignment(lake: VersionedLake, vin: str, ref: str = MAIN_BRANCH) -> VehicleAssignment:
@@ -186,20 +181,20 @@ def vehicle_assignment(lake: VersionedLake, vin: str, ref: str = MAIN_BRANCH) ->
     """
     vin = vin.upper()
     model = _vehicle_model_of(vin)
-    pointer = _json_if_exists(lake, ref, PRODUCTION_POINTER_KEY)
+    pointer = lake.get_json_or_none(ref, PRODUCTION_POINTER_KEY)
     state = read_rollout_state(lake, ref)
-    if state and state.get("status") in CANDIDATE_STATUSES:
-        percent = float(state.get("cohort_percent") or 0.0)
-        if in_cohort(vin, percent, str(state["cohort_salt"])):
+    if state and state.status in CANDIDATE_STATUSES:
+        percent = state.cohort_percent
+        if in_cohort(vin, percent, state.cohort_salt):
             return VehicleAssignment(
                 vin,
                 model,
                 "candidate",
-                str(state["model_version"]),
-                f"in the {percent:g}% cohort of rollout {state['model_version']} "
-                f"({state['status']}, stage {state.get('stage')})",
+                state.model_version,
+                f"in the {percent:g}% cohort of rollout {state.model_version} "
+                f"({state.status}, stage {state.stage})",
             )
-        outside = f"outside the {percent:g}% cohort of rollout {state['model_version']}; "
+        outside = f"outside the {percent:g}% cohort of rollout {state.model_version}; "
     else:
         outside = ""
     if pointer is None:
@@ -252,8 +247,8 @@ def trace(
             else [lineage(lake, assignment.model_version, keys, ref)]
         )
         return TraceResult(query, "vin", lineages, assignment)
-    if lake.object_exists(ref, manifest_key(query)) or lake.object_exists(
-        ref, certificate_key(query)
+    if lake.object_exists(ref, candidate_manifest_key(query)) or lake.object_exists(
+        ref, candidate_certificate_key(query)
     ):
         return TraceResult(query, "model_version", [lineage(lake, query, keys, ref)])
     manifests = _manifests(lake, ref)
@@ -276,62 +271,99 @@ def trace(
 
 
 # ------------------------------------------------------------------------------ rendering
+# rich is imported inside each helper so that importing this module (the CLI does it for
+# every command) stays cheap.
+def _folding(header: str) -> Any:
+    """A column whose hashes wrap rather than being cut off on a narrow tty."""
+    from rich.table import Column
+
+    return Column(header, overflow="fold")
+
+
+def _vehicle_line(vehicle: VehicleAssignment) -> str:
+    """The one-line answer to "what does this VIN run, and why"."""
+    from rich.markup import escape
+
+    return (
+        f"[bold]VIN[/] {vehicle.vin} ({vehicle.vehicle_model or 'unknown vehicle model'}) "
+        f"runs [bold cyan]{vehicle.channel}[/] model version "
+        f"[bold]{vehicle.model_version}[/]: {escape(vehicle.reason)}"
+    )
+
+
+def _lineage_table(found: Lineage) -> Any:
+    """Engine, ONNX, training run, dataset and certificate of one model version."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    title = f"model version {found.model_version}"
+    if found.roles:
+        title += f" — {', '.join(found.roles)}"
+    table = Table(_folding(""), _folding(""), title=title, show_header=False)
+    manifest = found.manifest or {}
+    source = manifest or found.certificate or {}
+    if found.matched_engines:
+        table.add_row("matched", ", ".join(found.matched_engines))
+    engine = found.engine
+    table.add_row(
+        "engine",
+        f"{engine.get('sha256', '?')} ({engine.get('precision')}, {engine.get('target')})",
+    )
+    table.add_row("onnx", str((source.get("onnx") or {}).get("sha256", "?")))
+    table.add_row("mlflow run", str(source.get("mlflow_run_id")))
+    table.add_row("code version", str(source.get("code_version")))
+    table.add_row("dataset", f"{found.dataset_version} at commit {found.dataset_commit}")
+    table.add_row("dataset content", escape(found.dataset_note))
+    table.add_row("certificate", escape(found.certificate_status))
+    if found.certificate:
+        table.add_row("certified at", str(found.certificate.get("issued_at")))
+    return table
+
+
+def _commits_table(found: Lineage) -> Any:
+    """The raw log commits behind the dataset, or why they are unknown."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    commits = Table(
+        _folding("raw log commit"), title=f"raw log commits that fed {found.dataset_version}"
+    )
+    for commit in found.source_commits or []:
+        commits.add_row(commit)
+    if found.source_commits is None:
+        commits.add_row(f"unknown: {escape(found.dataset_note)}")
+    return commits
+
+
+def _reports_table(found: Lineage) -> Any:
+    """The gate reports the certificate rests on, one row per gate."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    reports = Table(
+        "gate",
+        "verdict",
+        _folding("sha256"),
+        _folding("report"),
+        title="reports that certified it",
+    )
+    for gate, entry in sorted(found.reports.items()):
+        reports.add_row(
+            gate,
+            "pass" if entry.get("passed") else "FAIL",
+            str(entry.get("sha256")),
+            escape(str(entry.get("key"))),
+        )
+    if not found.reports:
+        reports.add_row("—", "not certified", "", "")
+    return reports
+
+
 def render_trace(result: TraceResult, console: Any) -> None:
     """Rich output for ``aiinfra trace``."""
-    from rich.markup import escape
-    from rich.table import Column, Table
-
-    def fold(header: str) -> Column:  # hashes wrap rather than being cut off on a narrow tty
-        return Column(header, overflow="fold")
-
     if result.vehicle is not None:
-        vehicle = result.vehicle
-        console.print(
-            f"[bold]VIN[/] {vehicle.vin} ({vehicle.vehicle_model or 'unknown vehicle model'}) "
-            f"runs [bold cyan]{vehicle.channel}[/] model version "
-            f"[bold]{vehicle.model_version}[/]: {escape(vehicle.reason)}"
-        )
+        console.print(_vehicle_line(result.vehicle))
     for found in result.lineages:
-        title = f"model version {found.model_version}"
-        if found.roles:
-            title += f" — {', '.join(found.roles)}"
-        table = Table(fold(""), fold(""), title=title, show_header=False)
-        manifest = found.manifest or {}
-        source = manifest or found.certificate or {}
-        if found.matched_engines:
-            table.add_row("matched", ", ".join(found.matched_engines))
-        engine = found.engine
-        table.add_row(
-            "engine",
-            f"{engine.get('sha256', '?')} ({engine.get('precision')}, {engine.get('target')})",
-        )
-        table.add_row("onnx", str((source.get("onnx") or {}).get("sha256", "?")))
-        table.add_row("mlflow run", str(source.get("mlflow_run_id")))
-        table.add_row("code version", str(source.get("code_version")))
-        table.add_row("dataset", f"{found.dataset_version} at commit {found.dataset_commit}")
-        table.add_row("dataset content", escape(found.dataset_note))
-        table.add_row("certificate", escape(found.certificate_status))
-        if found.certificate:
-            table.add_row("certified at", str(found.certificate.get("issued_at")))
-        console.print(table)
-        commits = Table(
-            fold("raw log commit"), title=f"raw log commits that fed {found.dataset_version}"
-        )
-        for commit in found.source_commits or []:
-            commits.add_row(commit)
-        if found.source_commits is None:
-            commits.add_row(f"unknown: {escape(found.dataset_note)}")
-        console.print(commits)
-        reports = Table(
-            "gate", "verdict", fold("sha256"), fold("report"), title="reports that certified it"
-        )
-        for gate, entry in sorted(found.reports.items()):
-            reports.add_row(
-                gate,
-                "pass" if entry.get("passed") else "FAIL",
-                str(entry.get("sha256")),
-                escape(str(entry.get("key"))),
-            )
-        if not found.reports:
-            reports.add_row("—", "not certified", "", "")
-        console.print(reports)
+        console.print(_lineage_table(found))
+        console.print(_commits_table(found))
+        console.print(_reports_table(found))

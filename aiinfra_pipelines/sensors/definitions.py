@@ -3,6 +3,7 @@
 import dagster as dg
 
 from aiinfra_pipelines.environment import load_environment
+from aiinfra_pipelines.runs import RESOURCE_TAG
 
 from .failure_sensor import loop_failure_sensor
 from .ingest_sensor import lakefs_ingest_sensor
@@ -29,7 +30,7 @@ loop_automation_sensor = dg.AutomationConditionSensorDefinition(
 training_cycle_job = dg.define_asset_job(
     "training_cycle",
     selection=dg.AssetSelection.groups("datasets", "training", "evaluation", "deployment"),
-    tags={"aiinfra/resource": "gpu"},
+    tags={RESOURCE_TAG: "gpu"},
 )
 
 defs = dg.Definitions(

@@ -11,12 +11,12 @@ import dagster as dg
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.operations.failures import record_failure
 
-from .rollout_sensor import sensor_settings
+from .settings import SensorSettings
 
 
 @dg.run_failure_sensor(
     name="loop_failure_sensor",
-    minimum_interval_seconds=int(sensor_settings()["failure_interval_s"]),
+    minimum_interval_seconds=SensorSettings.load().failure_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Records every failed run (job, failed steps, errors) on the loop_failures "
     "asset and in operations/failures/ on main.",

@@ -3,13 +3,13 @@
 import dagster as dg
 
 from aiinfra_pipelines.environment import load_environment
-from aiinfra_pipelines.ingest.assets import GROUP, SOURCE_COMMIT_TAG
+from aiinfra_pipelines.ingest.assets import GROUP
 from aiinfra_pipelines.ingest.discovery import discover_new_batches, dump_cursor, parse_cursor
 from aiinfra_pipelines.ingest.partitions import ingest_batch_partitions
 from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.runs import GROUP_TAG, LOG_COUNT_TAG, SOURCE_COMMIT_TAG
 
 INGEST_SELECTION = dg.AssetSelection.groups(GROUP)
-LOG_COUNT_TAG = "aiinfra/logs"
 
 
 @dg.sensor(
@@ -37,7 +37,7 @@ def lakefs_ingest_sensor(
                 tags={
                     SOURCE_COMMIT_TAG: batch.ref.commit,
                     LOG_COUNT_TAG: str(len(batch.keys)),
-                    "aiinfra/group": GROUP,
+                    GROUP_TAG: GROUP,
                 },
             )
             for batch in batches

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import dagster as dg
 import pandas as pd
 
-from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.datasets.selection import (
     FRAME_KEY,
     benchmark_not_ready,
@@ -25,6 +24,9 @@ from aiinfra_pipelines.ingest import definitions as ingest_layer
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.mining import definitions as mining_layer
 from aiinfra_pipelines.operations.drift import latest_drift_verdict as read_latest_drift
+from aiinfra_pipelines.runs import IN_FLIGHT, RESOURCE_TAG, TRIGGER_TAG
+
+from .settings import RetrainingSettings
 
 TRAINING_JOB = "training_cycle"
 # The assets whose runs feed the next dataset: every asset of the ingest and mining layers.
@@ -37,13 +39,6 @@ DATA_ASSETS = frozenset(
 MINING_ASSETS = frozenset(key for asset in mining_layer.defs.assets for key in asset.keys)
 PUBLISHED_INGEST = dg.AssetKey("published_ingest")
 PUBLISHED_MINING = dg.AssetKey("published_mining")
-TRIGGER_TAG = "aiinfra/trigger"
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 
 
 @dataclass(frozen=True)
@@ -51,10 +46,6 @@ class RetrainingDecision:
     retrain: bool
     reason: str
     run_key: str = ""
-
-
-def retraining_settings() -> dict:
-    return load_resource_yaml("loop.yaml")["retraining"]
 
 
 def badcase_fingerprint(badcases: pd.DataFrame) -> str:
@@ -66,7 +57,7 @@ def badcase_fingerprint(badcases: pd.DataFrame) -> str:
 def decide_retraining(
     unseen: pd.DataFrame,
     drift: dict | None,
-    settings: dict,
+    settings: RetrainingSettings,
     logs_in_use: frozenset[str] = frozenset(),
 ) -> RetrainingDecision:
     """Whether to retrain now, why, and under which run key (pure: the sensor's whole logic).
@@ -77,14 +68,14 @@ def decide_retraining(
     the newest logs, all in the dataset just trained, "drifted" from that dataset's random
     sample and started a second, identical training cycle.
     """
-    threshold = int(settings["min_unseen_badcases"])
+    threshold = settings.min_unseen_badcases
     if len(unseen) >= threshold:
         return RetrainingDecision(
             True,
             f"{len(unseen)} unseen accepted badcases (threshold {threshold})",
             f"retrain-badcases-{badcase_fingerprint(unseen)}",
         )
-    if settings.get("on_drift") and drift and drift.get("drifted"):
+    if settings.on_drift and drift and drift.get("drifted"):
         recent = set((drift.get("identity") or {}).get("recent_logs") or [])
         if recent and recent <= logs_in_use:
             return RetrainingDecision(
@@ -114,7 +105,7 @@ def plan_retraining(lake: VersionedLake) -> RetrainingDecision:
     decision = decide_retraining(
         unseen_badcases(lake),
         drift,
-        retraining_settings(),
+        RetrainingSettings.load(),
         logs_in_use(lake) if drift and drift.get("drifted") else frozenset(),
     )
     if decision.retrain:
@@ -165,7 +156,7 @@ def latest_drift_verdict(lake: VersionedLake) -> dict | None:
 @dg.sensor(
     name="retraining_sensor",
     job_name=TRAINING_JOB,
-    minimum_interval_seconds=int(retraining_settings()["interval_s"]),
+    minimum_interval_seconds=RetrainingSettings.load().interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Starts a training cycle when enough unseen accepted badcases (or drift) exist.",
 )
@@ -192,7 +183,7 @@ def retraining_sensor(
         run_requests=[
             dg.RunRequest(
                 run_key=decision.run_key,
-                tags={TRIGGER_TAG: decision.reason[:200], "aiinfra/resource": "gpu"},
+                tags={TRIGGER_TAG: decision.reason[:200], RESOURCE_TAG: "gpu"},
             )
         ],
         cursor=decision.run_key,

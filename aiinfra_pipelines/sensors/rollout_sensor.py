@@ -26,39 +26,27 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.lake.layout import CANDIDATES_PREFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
-from aiinfra_pipelines.operations.assets import (
-    SOURCE_COMMIT_TAG,
-    fleet_telemetry,
-    telemetry_batches,
-)
+from aiinfra_pipelines.operations.assets import fleet_telemetry, telemetry_batches
 from aiinfra_pipelines.operations.landing import discover_telemetry
 from aiinfra_pipelines.release.assets_ota import ota_release
 from aiinfra_pipelines.release.assets_rollout import rollout, shadow_report
-from aiinfra_pipelines.release.certificate import CANDIDATES_PREFIX
 from aiinfra_pipelines.release.reference import gated_against
-from aiinfra_pipelines.release.rollout import (
-    SHADOW,
-    active_rollout,
-    latest_telemetry_commit,
-    list_states,
-    may_supersede,
-    version_order,
+from aiinfra_pipelines.release.rollout import may_supersede
+from aiinfra_pipelines.release.rollout_state import SHADOW
+from aiinfra_pipelines.release.rollout_store import active_rollout, list_states, version_order
+from aiinfra_pipelines.release.rollout_telemetry import latest_telemetry_commit
+from aiinfra_pipelines.runs import (
+    GROUP_TAG,
+    IN_FLIGHT,
+    MODEL_VERSION_TAG,
+    RELEASE_STEP_TAG,
+    SOURCE_COMMIT_TAG,
+    TRIGGER_TAG,
 )
 
-RELEASE_STEP_TAG = "aiinfra/release_step"
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
-
-
-def sensor_settings() -> dict:
-    return load_resource_yaml("operations.yaml")["sensors"]
+from .settings import SensorSettings
 
 
 @dataclass(frozen=True)
@@ -82,8 +70,8 @@ class ReleaseRequest:
             run_config={"ops": {self.asset: {"config": {"model_version": self.model_version}}}},
             tags={
                 RELEASE_STEP_TAG: self.asset,
-                "aiinfra/model_version": self.model_version,
-                "aiinfra/trigger": self.reason[:200],
+                MODEL_VERSION_TAG: self.model_version,
+                TRIGGER_TAG: self.reason[:200],
             },
         )
 
@@ -101,7 +89,7 @@ def certified_versions(lake: VersionedLake) -> list[str]:
 def plan_release_requests(lake: VersionedLake) -> list[ReleaseRequest]:
     """What the release loop should run now, from main alone (the sensor's whole logic)."""
     lake.ensure_repository()
-    states = {str(state["model_version"]): state for state in list_states(lake)}
+    states = {state.model_version: state for state in list_states(lake)}
     newest_tracked = max(states, key=version_order, default=None)
     requests: list[ReleaseRequest] = []
     fresh = [
@@ -119,13 +107,9 @@ def plan_release_requests(lake: VersionedLake) -> list[ReleaseRequest]:
         )
     telemetry = latest_telemetry_commit(lake)
     active = active_rollout(list(states.values()))
-    ready = [
-        state
-        for state in states.values()
-        if state["status"] == SHADOW and (state.get("shadow") or {}).get("passed")
-    ]
+    ready = [state for state in states.values() if state.status == SHADOW and state.shadow_passed]
     if active is not None and ready:
-        version = str(ready[-1]["model_version"])
+        version = ready[-1].model_version
         if may_supersede(version, active, gated_against(lake, version)):
             requests.append(
                 ReleaseRequest(
@@ -139,18 +123,18 @@ def plan_release_requests(lake: VersionedLake) -> list[ReleaseRequest]:
             return requests
     if active is not None:
         state = states[active]
-        if telemetry is not None and telemetry != state.get("last_telemetry_commit"):
+        if telemetry is not None and telemetry != state.last_telemetry_commit:
             requests.append(
                 ReleaseRequest(
                     "rollout",
                     active,
-                    f"rollout-{active}-{state['stage']}-{telemetry}",
-                    f"fresh telemetry {telemetry[:12]} for rollout {active} ({state['stage']})",
+                    f"rollout-{active}-{state.stage}-{telemetry}",
+                    f"fresh telemetry {telemetry[:12]} for rollout {active} ({state.stage})",
                 )
             )
         return requests
     if ready:
-        version = str(ready[-1]["model_version"])
+        version = ready[-1].model_version
         requests.append(
             ReleaseRequest(
                 "rollout",
@@ -174,7 +158,7 @@ def _remembered(cursor: str | None) -> list[str]:
 @dg.sensor(
     name="rollout_sensor",
     target=[shadow_report, rollout, ota_release],
-    minimum_interval_seconds=int(sensor_settings()["rollout_interval_s"]),
+    minimum_interval_seconds=SensorSettings.load().rollout_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Certified candidate → shadow_report; shadow passed → first stage; fresh "
     "telemetry → the active rollout's next decision. Stops at awaiting_approval.",
@@ -197,7 +181,7 @@ def rollout_sensor(
         return dg.SkipReason("nothing to release: no new certificate, no fresh telemetry")
     for request in requests:
         context.log.info(f"requesting {request.asset} ({request.run_key}): {request.reason}")
-    keep = int(sensor_settings()["remembered_run_keys"])
+    keep = SensorSettings.load().remembered_run_keys
     return dg.SensorResult(
         run_requests=[request.run_request() for request in requests],
         cursor=json.dumps((remembered + [r.run_key for r in requests])[-keep:]),
@@ -207,7 +191,7 @@ def rollout_sensor(
 @dg.sensor(
     name="telemetry_sensor",
     target=[fleet_telemetry],
-    minimum_interval_seconds=int(sensor_settings()["telemetry_interval_s"]),
+    minimum_interval_seconds=SensorSettings.load().telemetry_interval_s,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Watches ingest branches for telemetry uploads; one fleet_telemetry run per "
     "batch and landed head.",
@@ -222,7 +206,7 @@ def telemetry_sensor(context: dg.SensorEvaluationContext, lake: VersionedLake) -
             dg.RunRequest(
                 run_key=batch.run_key,
                 partition_key=batch.partition_key,
-                tags={SOURCE_COMMIT_TAG: batch.commit, "aiinfra/group": "operations"},
+                tags={SOURCE_COMMIT_TAG: batch.commit, GROUP_TAG: "operations"},
             )
             for batch in batches
         ],

@@ -25,13 +25,15 @@ from typing import Any
 
 import dagster as dg
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.runs import MODEL_VERSION_TAG, SIMULATION_STAGE_TAG
 from aiinfra_pipelines.simulation.assets import shard_partition_keys
 from aiinfra_pipelines.simulation.candidate import latest_candidate_version, report_key
 from aiinfra_pipelines.simulation.library import LIBRARY_KEY
 from aiinfra_pipelines.simulation.results import shard_result_key
+
+from .settings import SimulationSensorSettings
 
 # What each stage materializes. Extend REPORT_SELECTION to run more assets with the report
 # (e.g. ``| dg.AssetSelection.assets("certified_engine")``): the report job is built from it.
@@ -50,13 +52,11 @@ regression_shard_job = dg.define_asset_job(
 regression_report_job = dg.define_asset_job("regression_report_run", selection=REPORT_SELECTION)
 
 RUN_KEY_TAG = "dagster/run_key"  # the tag Dagster puts on every run a sensor launched
-MODEL_VERSION_TAG = "aiinfra/model_version"
-STAGE_TAG = "aiinfra/simulation_stage"
 FAILED = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 
 
 def sensor_interval_s() -> int:
-    return int(load_resource_yaml("simulation.yaml")["sensor"]["interval_s"])
+    return SimulationSensorSettings.load().interval_s
 
 
 def regression_run_config(model_version: str, assets: Sequence[str]) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def _request(
         run_key=run_key,
         partition_key=partition_key,
         run_config=run_config or {},
-        tags={MODEL_VERSION_TAG: model_version, STAGE_TAG: stage},
+        tags={MODEL_VERSION_TAG: model_version, SIMULATION_STAGE_TAG: stage},
     )
 
 
@@ -97,11 +97,7 @@ def plan_regression_runs(
     if lake.object_exists(MAIN_BRANCH, report_key(version)):
         return [], f"candidate {version} already has regression results"
 
-    library = (
-        lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
-        if lake.object_exists(MAIN_BRANCH, LIBRARY_KEY)
-        else None
-    )
+    library = lake.get_json_or_none(MAIN_BRANCH, LIBRARY_KEY)
     refreshed_for = ((library or {}).get("built_from") or {}).get("refreshed_for_model_version")
     if library is None or refreshed_for != version:
         key = f"library-{version}"
@@ -172,9 +168,9 @@ def _once(
 
 def _shard_done(lake: VersionedLake, shard: str, version: str, library: dict) -> bool:
     key = shard_result_key(shard)
-    if not lake.object_exists(MAIN_BRANCH, key):
+    record = lake.get_json_or_none(MAIN_BRANCH, key)
+    if record is None:
         return False
-    record = lake.get_json(MAIN_BRANCH, key)
     return str(record.get("model_version")) == version and int(
         record.get("library_version", -1)
     ) == int(library["library_version"])

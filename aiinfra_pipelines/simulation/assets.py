@@ -20,40 +20,30 @@ candidate's model version in the run config, so every shard simulates the same c
 """
 
 import hashlib
-import json
-from typing import Any
 
 import dagster as dg
 
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.ingest.assets import published_ingest
 from aiinfra_pipelines.ingest.views import scene_index_view
+from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.io_manager import read_asset_partitions
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects, root_run_id_of
+from aiinfra_pipelines.lake.publish import publish_objects, root_run_id_of
 from aiinfra_pipelines.mining.assets import published_mining
-from aiinfra_pipelines.perception.deployed import BOOTSTRAP_VERSION
-from aiinfra_pipelines.training.resources import MlflowTracking, mlflow_tracking_uri
+from aiinfra_pipelines.training.resources import MlflowTracking
 
-from .candidate import CandidateError, latest_candidate_version, load_candidate, report_key
+from .candidate import latest_candidate_version, report_key
 from .from_fleet import fleet_regression_scenarios
 from .gate import evaluate_gate
-from .library import LIBRARY_KEY, merge_library, record_results, records_by_id, shard_keys
-from .regression import (
-    HEADLINE_KEYS,
-    aggregate_shards,
-    build_report,
-    read_library,
-    read_shards,
-    report_markdown,
-    report_outcomes,
-    report_table_rows,
-    run_shard,
-    shard_objects,
-)
-from .roles import ROLE_CANDIDATE, ROLES
+from .library import LIBRARY_KEY, merge_library, shard_keys
+from .metadata import report_metadata, shard_outcome_rows, table_metadata
+from .regression import report_outcomes, run_shard, shard_objects
+from .report_view import report_markdown
 from .scenarios import load_base_scenarios
-from .settings import shard_count
+from .settings import ExecutionSettings
+from .verdict import judge_regression, log_verdict
 
 GROUP = "simulation"
 CHECK_NAME = "regression_no_new_failures"
@@ -62,7 +52,7 @@ PUBLISHED_ENGINE = dg.AssetKey("published_engine")
 
 # Shard count from simulation.yaml when the code location loads; changing it re-shards the
 # library (assignment is by hash of scenario id modulo the count).
-shard_partitions = dg.StaticPartitionsDefinition(shard_keys(shard_count()))
+shard_partitions = dg.StaticPartitionsDefinition(shard_keys(ExecutionSettings.load().shards))
 
 
 def shard_partition_keys() -> list[str]:
@@ -78,33 +68,6 @@ class RegressionConfig(dg.Config):
     model_version: str = ""
 
 
-def _json(value: Any) -> bytes:
-    return json.dumps(value, indent=1, sort_keys=True, default=str).encode()
-
-
-def _table(rows: list[dict[str, Any]]) -> dg.TableMetadataValue:
-    columns = []
-    for name in rows[0] if rows else []:
-        values = [row[name] for row in rows if row[name] is not None]
-        kind = (
-            "bool"
-            if values and all(isinstance(v, bool) for v in values)
-            else "float"
-            if values and all(isinstance(v, int | float) for v in values)
-            else "string"
-        )
-        columns.append(dg.TableColumn(name, kind))
-    return dg.MetadataValue.table(
-        records=[
-            dg.TableRecord(
-                {k: (v if isinstance(v, str | int | float | bool) else None) for k, v in r.items()}
-            )
-            for r in rows
-        ],
-        schema=dg.TableSchema(columns=columns),
-    )
-
-
 @dg.asset(group_name=GROUP, kinds={"lakefs", "yaml"}, deps=[published_ingest, published_mining])
 def scenario_library(
     context: dg.AssetExecutionContext, lake: VersionedLake
@@ -117,11 +80,7 @@ def scenario_library(
     base = load_base_scenarios()
     badcases = read_asset_partitions(lake, "mined_badcases", MAIN_BRANCH)
     index = scene_index_view(lake)
-    previous = (
-        lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
-        if lake.object_exists(MAIN_BRANCH, LIBRARY_KEY)
-        else None
-    )
+    previous = lake.get_json_or_none(MAIN_BRANCH, LIBRARY_KEY)
     in_library = frozenset(entry["id"] for entry in (previous or {}).get("scenarios", []))
     regression = fleet_regression_scenarios(badcases, index, in_library=in_library)
     candidate = latest_candidate_version(lake)
@@ -134,7 +93,7 @@ def scenario_library(
     commit = publish_objects(
         lake,
         root_run_id_of(context.run),
-        {LIBRARY_KEY: _json(library)},
+        {LIBRARY_KEY: json_document(library)},
         f"scenario library v{library['library_version']}",
         {
             "kind": "scenario_library",
@@ -190,23 +149,7 @@ def regression_simulation(
             "dagster_run_id": context.run.run_id,
         },
     )
-    rows = [
-        {
-            "scenario": row["scenario_id"],
-            "slice": row["slice"],
-            "seeds": len(row["seeds"]),
-            **{
-                f"{role} collisions": sum(bool(e["collision"]) for e in row[role]) for role in ROLES
-            },
-            **{
-                f"{role} at-fault": sum(bool(e.get("at_fault_collision")) for e in row[role])
-                for role in ROLES
-            },
-            "cand. fallbacks": sum(e["fallback_activations"] for e in row[ROLE_CANDIDATE]),
-            "cached": ",".join(role for role, hit in sorted(row["cached"].items()) if hit),
-        }
-        for row in record["scenarios"]
-    ]
+    rows = shard_outcome_rows(record)
     return dg.MaterializeResult(
         metadata={
             "model_version": str(record["model_version"]),
@@ -217,7 +160,7 @@ def regression_simulation(
             "seeds_per_scenario": record["seeds_per_scenario"],
             "simulated_runs": run.simulated,
             "reused_runs": run.reused,
-            "outcomes": _table(rows) if rows else dg.MetadataValue.text("no scenarios"),
+            "outcomes": table_metadata(rows) if rows else dg.MetadataValue.text("no scenarios"),
             "commit": commit,
         }
     )
@@ -235,88 +178,30 @@ def regression_report(
     mlflow_tracking: MlflowTracking,
 ) -> dg.MaterializeResult:
     """All shards of one candidate, the regression gate's verdict, and the library's records."""
-    import mlflow
-
-    keys = shard_partition_keys()
-    shards = len(keys)
-    identity, rows = aggregate_shards(
-        read_shards(lake, keys), model_version=config.model_version or None
-    )
-    version = str(identity["model_version"])
-    candidate = load_candidate(lake, version)
-    if candidate.engine.sha256 != identity["candidate_engine_sha256"]:
-        raise CandidateError(
-            f"candidate {version}'s ship engine changed since its shards were simulated "
-            f"({identity['candidate_engine_sha256'][:12]} → {candidate.engine.sha256[:12]})"
-        )
-    if not candidate.mlflow_run_id:
-        raise CandidateError(f"candidate {version}: manifest has no mlflow_run_id")
-    library = read_library(lake)
-    gates = load_resource_yaml("gates.yaml")
-    gate = evaluate_gate(
-        rows,
-        records_by_id(library),
-        gates,
-        first_release=str(identity["production_version"]) == BOOTSTRAP_VERSION,
-        production_version=str(identity["production_version"]),
-    )
-    report = build_report(
-        identity, rows, gate, shards=shards, gates_version=str(gates.get("version", ""))
-    )
-    library, record_changes = record_results(
-        library,
-        gate.comparisons,
-        candidate_version=version,
-        production_version=str(identity["production_version"]),
-        candidate_accepted=gate.passed,
-    )
-    markdown = report_markdown(report)
-    report_bytes = _json(report)
-    with (
-        mlflow_tracking_uri(mlflow_tracking.uri()),
-        mlflow.start_run(run_id=candidate.mlflow_run_id),
-    ):
-        mlflow.log_text(markdown, "regression_simulation/report.md")
-        mlflow.log_text(report_bytes.decode(), "regression_simulation/report.json")
-        aggregate = report["aggregate"]
-        figures = {
-            f"sim_{role}_{name}": aggregate[f"{role}_{name}"]
-            for role in ROLES
-            for name in ("at_fault", "at_fault_rate", "collisions", "passed")
-            if aggregate.get(f"{role}_{name}") is not None
-        }
-        mlflow.log_metrics({**figures, "sim_passed": float(report["passed"])})
+    verdict = judge_regression(lake, shard_partition_keys(), config.model_version or None)
+    version = verdict.model_version
+    markdown = report_markdown(verdict.report)
+    report_bytes = json_document(verdict.report)
+    log_verdict(mlflow_tracking.uri(), verdict, markdown, report_bytes)
     key = report_key(version)
     commit = publish_objects(
         lake,
         root_run_id_of(context.run),
-        {key: report_bytes, LIBRARY_KEY: _json(library)},
+        {key: report_bytes, LIBRARY_KEY: json_document(verdict.library)},
         f"regression simulation report for model version {version}: "
-        + ("passed" if report["passed"] else "refused"),
+        + ("passed" if verdict.passed else "refused"),
         {
             "kind": "regression_report",
             "model_version": version,
-            "passed": str(report["passed"]).lower(),
+            "passed": str(verdict.passed).lower(),
             "dagster_run_id": context.run.run_id,
         },
     )
+    sha256 = hashlib.sha256(report_bytes).hexdigest()
     return dg.MaterializeResult(
-        metadata={
-            "model_version": version,
-            "passed": report["passed"],
-            "failures": dg.MetadataValue.json(report["failures"]),
-            "report_key": key,
-            "report_sha256": hashlib.sha256(report_bytes).hexdigest(),
-            "commit": commit,
-            "record_changes": dg.MetadataValue.json(record_changes),
-            **{
-                key: value
-                for key, value in report["summary"].items()
-                if key in HEADLINE_KEYS and value is not None
-            },
-            "report": dg.MetadataValue.md(markdown),
-            "scenario_table": _table(report_table_rows(report)),
-        }
+        metadata=report_metadata(
+            verdict.report, markdown, verdict.record_changes, key, sha256, commit
+        )
     )
 
 

@@ -15,15 +15,18 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from aiinfra_pipelines.lake.layout import (
+    LATEST_CANDIDATE_KEY,
+    MAIN_BRANCH,
+    candidate_manifest_key,
+    candidate_report_key,
+)
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.deployed import BOOTSTRAP_VERSION, bootstrap_onnx
 
 from .runner import EngineSource
 
-CANDIDATES_PREFIX = "candidates/"
-LATEST_CANDIDATE_KEY = f"{CANDIDATES_PREFIX}latest.json"
 REPORT_GATE = "regression_simulation"
 
 
@@ -42,12 +45,9 @@ class Candidate:
         return self.manifest.get("mlflow_run_id")
 
 
-def manifest_key(model_version: str) -> str:
-    return f"{CANDIDATES_PREFIX}{model_version}/manifest.json"
-
-
 def report_key(model_version: str, gate: str = REPORT_GATE) -> str:
-    return f"{CANDIDATES_PREFIX}{model_version}/reports/{gate}.json"
+    """Where a candidate's gate report lives; simulation's own gate unless told otherwise."""
+    return candidate_report_key(model_version, gate)
 
 
 def latest_candidate_version(lake: VersionedLake, ref: str = MAIN_BRANCH) -> str | None:
@@ -70,7 +70,7 @@ def load_candidate(
             f"no candidate to simulate: {LATEST_CANDIDATE_KEY} is not on {ref} "
             "(materialize published_engine first)"
         )
-    key = manifest_key(version)
+    key = candidate_manifest_key(version)
     if not lake.object_exists(ref, key):
         raise CandidateError(f"candidate {version}: manifest {key} is not on {ref}")
     manifest = lake.get_json(ref, key)

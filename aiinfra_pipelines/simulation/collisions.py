@@ -23,7 +23,7 @@ Front / rear / lateral comes from where the other vehicle was, in ego's frame, t
 before impact: a contact is longitudinal when the other car's offset, measured in vehicle
 lengths along ego's heading, exceeds its offset in vehicle widths across it.
 
-Everything here is a pure function of the record ``fleet.closed_loop.collision_record`` writes
+Everything here is a pure function of the record ``fleet.episode_metrics.collision_record`` writes
 and the thresholds in ``resources/simulation.yaml`` ``collisions:``; tests build collisions by
 hand.
 """
@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .settings import simulation_config
+from aiinfra_pipelines.config import settings_section
+
+from .settings import SIMULATION_CONFIG_FILE
 
 
 class CollisionType(StrEnum):
@@ -56,20 +58,17 @@ class CollisionRules:
     rear_end_after_harsh_brake_at_fault: bool
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None = None) -> CollisionRules:
-        section = simulation_config(None if config is None else dict(config))["collisions"]
-        decel = float(section["comfort_decel_mps2"])
+    def load(cls, config: Mapping[str, Any] | None = None) -> CollisionRules:
+        section = settings_section(SIMULATION_CONFIG_FILE, "collisions", config)
+        decel = section.float("comfort_decel_mps2")
         if decel <= 0:
-            raise ValueError(
-                f"simulation.yaml collisions.comfort_decel_mps2 is a deceleration magnitude "
-                f"(> 0), got {decel}"
+            raise section.error(
+                "comfort_decel_mps2", f"is a deceleration magnitude (> 0), got {decel}"
             )
         return cls(
-            stopped_speed_mps=float(section["stopped_speed_mps"]),
+            stopped_speed_mps=section.float("stopped_speed_mps"),
             comfort_decel_mps2=decel,
-            rear_end_after_harsh_brake_at_fault=bool(
-                section["rear_end_after_harsh_brake_at_fault"]
-            ),
+            rear_end_after_harsh_brake_at_fault=section.bool("rear_end_after_harsh_brake_at_fault"),
         )
 
 
@@ -95,7 +94,7 @@ class Collision:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Collision:
-        """From ``EpisodeMetrics.collision_detail`` (``fleet.closed_loop.collision_record``)."""
+        """From ``EpisodeMetrics.collision_detail`` (``fleet.episode_metrics.collision_record``)."""
         partner = record.get("partner")
         length, width = record.get("ego_length_m"), record.get("ego_width_m")
         if length is None or width is None:

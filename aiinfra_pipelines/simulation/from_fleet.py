@@ -29,7 +29,7 @@ from .scenarios import (
     build_scenario,
     derived_seed,
 )
-from .settings import simulation_config
+from .settings import RegressionScenarioSettings, ScenarioSettings
 
 SCENARIO_PREFIX = "log-"
 TAG_COLUMNS = ("road_type", "weather", "lighting")
@@ -62,14 +62,12 @@ def fleet_regression_scenarios(
     ones fill what is left, fleet failures' logs with the most failure frames, then badcase
     logs with the most badcase frames, first.
     """
-    cfg = simulation_config(config)
-    section = cfg["regression_scenarios"]
-    excluded = {str(v) for v in section.get("exclude_badcases_mined_by") or []}
+    scenario_settings = ScenarioSettings.load(config)
+    section = RegressionScenarioSettings.load(config)
+    excluded = section.exclude_badcases_mined_by
     if excluded and "engine_version" in badcases.columns:
         badcases = badcases[~badcases["engine_version"].astype(str).isin(excluded)]
-    flags = [
-        str(flag) for flag in section["failure_flags"] if f"event_{flag}" in scene_index.columns
-    ]
+    flags = [flag for flag in section.failure_flags if f"event_{flag}" in scene_index.columns]
     failures = _failure_rows(scene_index, flags)
     log_ids = sorted(
         set(badcases["log_id"].astype(str) if "log_id" in badcases.columns else [])
@@ -87,14 +85,17 @@ def fleet_regression_scenarios(
             else ""
         )
         kind = KIND_FLEET_FAILURE if len(failure_rows) else KIND_BADCASE
-        levels = cfg["traffic"].get(tags["road_type"]) or {}
+        levels = scenario_settings.traffic_levels(tags["road_type"])
         fields: dict[str, Any] = {
             **tags,
-            "traffic": section["traffic"] if section["traffic"] in levels else "normal",
-            "duration_s": float(section["duration_s"]),
+            "traffic": section.traffic if section.traffic in levels else "normal",
+            "duration_s": section.duration_s,
             "seed": derived_seed(log_id, commit),
         }
-        if kind == KIND_FLEET_FAILURE and tags["road_type"] in cfg["scripted_event_road_types"]:
+        if (
+            kind == KIND_FLEET_FAILURE
+            and tags["road_type"] in scenario_settings.scripted_event_road_types
+        ):
             fields["events"] = [_failure_hazard(section, failure_rows)]
         scenario_id = scenario_id_for_log(log_id)
         candidates.append(
@@ -109,13 +110,12 @@ def fleet_regression_scenarios(
                     description=f"{kind.replace('_', ' ')} from drive log {log_id}",
                     source=_provenance(log_id, commit, badcase_rows, failure_rows, flags),
                     where=f"regression scenario {scenario_id}",
-                    config=cfg,
+                    config=config,
                     fleet=fleet,
                 ),
             )
         )
-    cap = section.get("max_per_condition")
-    return _capped(candidates, in_library, None if cap is None else int(cap))
+    return _capped(candidates, in_library, section.max_per_condition)
 
 
 def _capped(
@@ -173,12 +173,14 @@ def _tags(log_id: str, index_rows: pd.DataFrame, badcase_rows: pd.DataFrame) -> 
     raise ValueError(f"drive log {log_id}: no road_type/weather/lighting tags in index or badcases")
 
 
-def _failure_hazard(section: dict[str, Any], failure_rows: pd.DataFrame) -> dict[str, Any]:
+def _failure_hazard(
+    section: RegressionScenarioSettings, failure_rows: pd.DataFrame
+) -> dict[str, Any]:
     """The configured hazard at the (clamped) time of the log's first failure frame."""
-    hazard = dict(section["failure_hazard"])
+    hazard = dict(section.failure_hazard)
     low = float(hazard.pop("min_at_s"))
     after = float(hazard.pop("min_after_s"))
-    duration = float(section["duration_s"])
+    duration = section.duration_s
     first = (
         float(failure_rows["t_rel_s"].min())
         if "t_rel_s" in failure_rows.columns and len(failure_rows)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .gate import ScenarioComparison
+from .gate_comparison import ScenarioComparison
 from .scenarios import Scenario
 
 LIBRARY_KEY = "simulation/scenarios/library.json"

@@ -20,20 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiinfra_pipelines.fleet.settings import FleetConfig
+from aiinfra_pipelines.lake.encoding import json_document
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.perception.deployed import BOOTSTRAP_VERSION
 from aiinfra_pipelines.vehicle.degradation import MINIMAL_RISK
 
 from .candidate import load_candidate, load_model_zero, load_production
-from .gate import (
-    GateResult,
-    ScenarioComparison,
-    ScenarioResult,
-    compare_outcomes,
-    gate_section,
-    needs_confirmation,
-)
+from .gate_comparison import GateResult, ScenarioComparison, compare_outcomes
+from .gate_scenarios import needs_confirmation
+from .gate_verdicts import ScenarioResult, gate_section
 from .library import LIBRARY_KEY, records_by_id, scenarios_of_shard
 from .results import cached_metrics, outcome_record, result_key, shard_result_key
 from .runner import (
@@ -49,10 +45,9 @@ from .runner import (
 )
 from .scenarios import Scenario, scenario_seeds
 from .settings import (
-    confirm_seeds,
-    seeds_per_scenario,
-    shard_count,
-    simulation_config,
+    EpisodeSettings,
+    ExecutionSettings,
+    pinned_simulation_config,
     simulator_fingerprint,
 )
 
@@ -125,10 +120,6 @@ def read_library(lake: VersionedLake, ref: str = MAIN_BRANCH) -> dict[str, Any]:
     return lake.get_json(ref, LIBRARY_KEY)
 
 
-def _json(value: Any) -> bytes:
-    return json.dumps(value, indent=1, sort_keys=True, default=str).encode()
-
-
 def run_shard(
     lake: VersionedLake,
     shard_key: str,
@@ -145,16 +136,17 @@ def run_shard(
     (one of ``shards`` shards, default simulation.yaml's count), each over its seeds; a scenario
     whose verdict would fail the gate (``gates``, default gates.yaml) runs ``confirm_seeds``
     more seeds for every planner first."""
-    cfg = simulation_config(config)
+    cfg = pinned_simulation_config(config)
+    episode_settings = EpisodeSettings.load(cfg)
     gates = gate_section(gates)
-    shards = shards or shard_count(cfg)
+    shards = shards or ExecutionSettings.load(cfg).shards
     library = read_library(lake)
     candidate = load_candidate(lake, model_version)
     production = load_production(lake, candidate.model_version)
     model_zero = load_model_zero()
     scenarios = scenarios_of_shard(library, shard_key, shards)
     fingerprint = simulator_fingerprint(cfg, fleet)
-    seeds = seeds_per_scenario(cfg)
+    seeds = episode_settings.seeds_per_scenario
     engines: dict[str, EngineSource | None] = {
         ROLE_CANDIDATE: candidate.engine,
         ROLE_PRODUCTION: production,
@@ -175,20 +167,12 @@ def run_shard(
     episodes.run(engines, workers=workers, sim_config=cfg, fleet=fleet)
 
     # Verdicts that would fail the gate are confirmed on more seeds before the gate sees them.
-    extra = confirm_seeds(cfg)
+    extra = episode_settings.confirm_seeds
     confirmed = []
     if extra:
-        rows = [
-            _shard_row(scenario, seed_lists[scenario.id], identities, episodes.metrics, set())
-            for scenario in scenarios
-        ]
-        first_release = production.name == BOOTSTRAP_VERSION
-        comparisons = compare_outcomes(rows, records_by_id(library), gates, production.name)
-        confirmed = [
-            c.scenario_id
-            for c in comparisons
-            if needs_confirmation(c, gates, first_release=first_release)
-        ]
+        confirmed = _failing_verdicts(
+            scenarios, seed_lists, identities, episodes, library, gates, production.name
+        )
         for scenario in scenarios:
             if scenario.id in confirmed:
                 seed_lists[scenario.id] = scenario_seeds(scenario, seeds + extra)
@@ -207,12 +191,7 @@ def run_shard(
         "format": REPORT_FORMAT,
         "shard": shard_key,
         "shards": shards,
-        "model_version": candidate.model_version,
-        "candidate_engine_sha256": candidate.engine.sha256,
-        "production_version": production.name,
-        "production_engine_sha256": production.sha256,
-        "model_zero_version": model_zero.name,
-        "model_zero_engine_sha256": model_zero.sha256,
+        **_planner_fields(candidate, production, model_zero),
         "library_version": int(library["library_version"]),
         "library_scenarios": len(library["scenarios"]),
         "simulator_fingerprint": fingerprint,
@@ -224,6 +203,41 @@ def run_shard(
         "scenarios": rows,
     }
     return ShardRun(record=record, cache_objects=episodes.cache_objects)
+
+
+def _failing_verdicts(
+    scenarios: Sequence[Scenario],
+    seed_lists: Mapping[str, list[int]],
+    identities: Mapping[str, str],
+    episodes: _EpisodeStore,
+    library: Mapping[str, Any],
+    gates: Mapping[str, Any],
+    production_name: str,
+) -> list[str]:
+    """Ids of the scenarios whose verdict on the seeds run so far would fail the gate."""
+    rows = [
+        _shard_row(scenario, seed_lists[scenario.id], identities, episodes.metrics, set())
+        for scenario in scenarios
+    ]
+    first_release = production_name == BOOTSTRAP_VERSION
+    comparisons = compare_outcomes(rows, records_by_id(library), gates, production_name)
+    return [
+        c.scenario_id
+        for c in comparisons
+        if needs_confirmation(c, gates, first_release=first_release)
+    ]
+
+
+def _planner_fields(candidate: Any, production: Any, model_zero: Any) -> dict[str, Any]:
+    """Which engines a shard compared, by version and engine hash."""
+    return {
+        "model_version": candidate.model_version,
+        "candidate_engine_sha256": candidate.engine.sha256,
+        "production_version": production.name,
+        "production_engine_sha256": production.sha256,
+        "model_zero_version": model_zero.name,
+        "model_zero_engine_sha256": model_zero.sha256,
+    }
 
 
 class _EpisodeStore:
@@ -284,7 +298,7 @@ class _EpisodeStore:
             source = engines[job.role]
             name = "ground truth" if source is None else source.name
             record = outcome_record(name, identity, scenario, seed, self.fingerprint, result)
-            self.cache_objects[result_key(identity, scenario, seed)] = _json(record)
+            self.cache_objects[result_key(identity, scenario, seed)] = json_document(record)
         self.simulated += len(self.jobs)
         self.jobs, self._keys, self._pending = [], [], set()
 
@@ -316,7 +330,7 @@ def _shard_row(
 
 def shard_objects(run: ShardRun) -> dict[str, bytes]:
     """Everything a shard publishes: its record and the outcomes it newly simulated."""
-    return {shard_result_key(run.record["shard"]): _json(run.record), **run.cache_objects}
+    return {shard_result_key(run.record["shard"]): json_document(run.record), **run.cache_objects}
 
 
 # ------------------------------------------------------------------------------ aggregation
@@ -324,12 +338,7 @@ def read_shards(
     lake: VersionedLake, keys: Sequence[str], ref: str = MAIN_BRANCH
 ) -> dict[str, dict[str, Any] | None]:
     """Every shard's latest record on ``ref`` (``None`` where a shard never ran)."""
-    return {
-        key: lake.get_json(ref, shard_result_key(key))
-        if lake.object_exists(ref, shard_result_key(key))
-        else None
-        for key in keys
-    }
+    return {key: lake.get_json_or_none(ref, shard_result_key(key)) for key in keys}
 
 
 def aggregate_shards(
@@ -558,127 +567,3 @@ def report_outcomes(report: Mapping[str, Any]) -> tuple[list[dict], dict[str, di
         row["scenario_id"]: {"first_fixed_by": row["first_fixed_by"]} for row in report["scenarios"]
     }
     return outcomes, records
-
-
-def _fmt(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-TABLE_COLUMNS = (
-    ("scenario", "scenario_id"),
-    ("slice", "slice"),
-    ("status", "status"),
-)
-# Per engine and scenario, over its seeds.
-ENGINE_COLUMNS = (
-    ("pass rate", "pass_rate"),
-    ("at-fault", "at_fault_collisions"),
-    ("collisions", "collisions"),
-    ("progress m", "mean_progress_m"),
-    ("min TTC s", "min_ttc_s"),
-    ("fallbacks", "fallback_activations"),
-    ("planner p95 ms", "planner_p95_ms"),
-    ("engine p95 ms", "perception_p95_ms"),
-    ("degradations", "degradation_transition_count"),
-)
-ROLE_TITLES = {
-    ROLE_CANDIDATE: "cand.",
-    ROLE_PRODUCTION: "prod.",
-    ROLE_ORACLE: "oracle",
-    ROLE_MODEL_ZERO: "model 0",
-}
-
-
-def report_table_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Flat rows (one per scenario) for a metadata table: the candidate's columns, production's
-    pass rate / at-fault / collisions / progress, and the oracle's and model zero's pass rate
-    and at-fault count."""
-    table = []
-    for row in report["scenarios"]:
-        flat: dict[str, Any] = {title: row[key] for title, key in TABLE_COLUMNS}
-        for role, columns in (
-            (ROLE_CANDIDATE, ENGINE_COLUMNS),
-            (ROLE_PRODUCTION, ENGINE_COLUMNS[:4]),
-            (ROLE_ORACLE, ENGINE_COLUMNS[:2]),
-            (ROLE_MODEL_ZERO, ENGINE_COLUMNS[:2]),
-        ):
-            summary = row.get(role) or {}
-            for title, key in columns:
-                flat[f"{ROLE_TITLES[role]} {title}"] = summary.get(key)
-        table.append(flat)
-    return table
-
-
-def report_markdown(report: Mapping[str, Any]) -> str:
-    """The report as Markdown: verdict, failures, at-fault counts of all four planners, slice
-    rates, scenario table."""
-    aggregate = report["aggregate"]
-    lines = [
-        f"## Regression simulation — model version {report['model_version']}: "
-        + ("**PASSED**" if report["passed"] else "**REFUSED**"),
-        "",
-        f"candidate engine `{str(report['candidate']['engine_sha256'])[:12]}` vs production "
-        f"{report['production']['model_version']} "
-        f"(`{str(report['production']['engine_sha256'])[:12]}`), library version "
-        f"{report['library_version']}, {aggregate['scenarios']} scenarios x "
-        f"{aggregate['seeds_per_scenario']} seeds = {aggregate['episodes']} episodes per "
-        f"planner, {report['shards']} shard(s).",
-        "",
-        "| planner | at-fault collisions | all collisions | scenarios passed | mean pass rate |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for role in ROLES:
-        lines.append(
-            f"| {role} | {_fmt(aggregate.get(f'{role}_at_fault'))} | "
-            f"{_fmt(aggregate.get(f'{role}_collisions'))} | "
-            f"{_fmt(aggregate.get(f'{role}_passed'))} | "
-            f"{_fmt(aggregate.get(f'{role}_mean_pass_rate'), 2)} |"
-        )
-    lines += [
-        "",
-        f"at-fault collision rate per episode: candidate "
-        f"{aggregate['candidate_at_fault_rate']:.3f}, production "
-        f"{aggregate['production_at_fault_rate']:.3f} ("
-        + (
-            f"first release: limit {aggregate['at_fault_rate_budget']:.3f}, "
-            f"{aggregate.get('at_fault_rate_limit_from') or 'absolute'}"
-            if aggregate.get("first_release")
-            else f"budget +{aggregate['at_fault_rate_budget']:.3f}"
-        )
-        + ").",
-    ]
-    if report["failures"]:
-        lines += ["", "### Gate failures", *(f"- {failure}" for failure in report["failures"])]
-    if aggregate.get("within_chance"):
-        lines += [
-            "",
-            "Worse than production by the thresholds but within chance on the pooled seeds "
-            "(gates.yaml regression_significance): "
-            + ", ".join(str(s) for s in aggregate["within_chance"]),
-        ]
-    lines += [
-        "",
-        "### Slices",
-        "",
-        "| slice | scenarios | cand. at-fault | prod. at-fault | oracle at-fault |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for s in report["slices"]:
-        lines.append(
-            f"| {s['slice']} | {s['scenarios']} | {s['candidate_at_fault']} | "
-            f"{s['production_at_fault']} | {_fmt(s.get('oracle_at_fault'))} |"
-        )
-    rows = report_table_rows(report)
-    if rows:
-        headers = list(rows[0])
-        lines += ["", "### Scenarios", "", "| " + " | ".join(headers) + " |"]
-        lines.append("| " + " | ".join("---" for _ in headers) + " |")
-        for row in rows:
-            lines.append("| " + " | ".join(_fmt(row[h], 2) for h in headers) + " |")
-    return "\n".join(lines) + "\n"

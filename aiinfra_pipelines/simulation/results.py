@@ -57,9 +57,7 @@ def cached_metrics(
 ) -> dict[str, Any] | None:
     """The recorded metrics of this engine on this scenario version and seed, if still valid."""
     key = result_key(engine, scenario, seed)
-    if not lake.object_exists(ref, key):
-        return None
-    record = lake.get_json(ref, key)
-    if record.get("simulator_fingerprint") != fingerprint:
+    record = lake.get_json_or_none(ref, key)
+    if record is None or record.get("simulator_fingerprint") != fingerprint:
         return None
     return record["metrics"]

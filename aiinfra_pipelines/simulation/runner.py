@@ -35,7 +35,7 @@ from .roles import (  # noqa: F401  (re-exported: the runner's callers name role
     ROLES,
 )
 from .scenarios import Scenario, episode_for
-from .settings import metrics_config, simulation_config
+from .settings import ExecutionSettings, metrics_config, pinned_simulation_config
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def _run_job(job: SimulationJob) -> dict[str, Any]:
         metrics_config=metrics_config(_WORKER["sim_config"]),
     ).to_dict()
     metrics["seed"] = int(setup.env_seed)
-    metrics.update(fault_fields(metrics, CollisionRules.from_config(_WORKER["sim_config"])))
+    metrics.update(fault_fields(metrics, CollisionRules.load(_WORKER["sim_config"])))
     return metrics
 
 
@@ -123,13 +123,14 @@ def simulate(
     defaults to simulation.yaml; with one worker the jobs run in this process unless
     ``use_processes`` forces a pool (the benchmark compares like with like).
     """
-    cfg = simulation_config(sim_config)
+    cfg = pinned_simulation_config(sim_config)
     fleet_cfg = dict(fleet_config(fleet))
+    execution = ExecutionSettings.load(cfg)
     spec = spec or perception_spec()
-    count = int(workers if workers is not None else cfg["execution"]["workers"])
+    count = int(workers if workers is not None else execution.workers)
     if count < 1:
         raise ValueError(f"workers must be >= 1, got {count}")
-    threads = int(cfg["execution"]["onnx_intra_op_threads"])
+    threads = execution.onnx_intra_op_threads
     init_args = (dict(engines), cfg, fleet_cfg, spec, threads)
     if not jobs:
         return []

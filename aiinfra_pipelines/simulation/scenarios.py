@@ -49,7 +49,7 @@ from aiinfra_pipelines.fleet.scripted import SIDE_LEFT, SIDE_RIGHT, CutIn, Scrip
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config, with_overrides
 from aiinfra_pipelines.ingest.tables import slice_name
 
-from .settings import scenarios_dir, simulation_config
+from .settings import EpisodeSettings, ScenarioSettings, scenarios_dir
 
 KIND_BASE = "base"
 KIND_BADCASE = "badcase"
@@ -288,7 +288,8 @@ def build_scenario(
 ) -> Scenario:
     """Validate ``fields`` (the scenario keys) and build the scenario; defaults from config."""
     where = where or scenario_id
-    cfg = simulation_config(config)
+    settings = ScenarioSettings.load(config)
+    episode = EpisodeSettings.load(config)
     fleet_cfg = fleet_config(fleet)
     unknown = set(fields) - set(SCENARIO_KEYS)
     if unknown:
@@ -301,22 +302,21 @@ def build_scenario(
     road_type = _choice(fields["road_type"], ROAD_TYPES, where, "road_type")
     weather = _choice(fields["weather"], WEATHERS, where, "weather")
     lighting = _choice(fields["lighting"], LIGHTINGS, where, "lighting")
-    levels = cfg["traffic"].get(road_type) or {}
+    levels = settings.traffic_levels(road_type)
     traffic = str(fields.get("traffic", "normal"))
     if traffic not in levels:
         raise ScenarioError(
             f"{where}: traffic {traffic!r} is not defined for road type {road_type!r} in "
             f"simulation.yaml (levels: {sorted(levels)})"
         )
-    episode = cfg["episode"]
-    duration = _number(fields.get("duration_s", episode["default_duration_s"]), where, "duration_s")
-    low, high = float(episode["min_duration_s"]), float(episode["max_duration_s"])
+    duration = _number(fields.get("duration_s", episode.default_duration_s), where, "duration_s")
+    low, high = episode.min_duration_s, episode.max_duration_s
     if not low <= duration <= high:
         raise ScenarioError(f"{where}: duration_s {duration} is outside [{low}, {high}]")
     seed = fields.get("seed", derived_seed(scenario_id))
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < _SEED_SPACE:
         raise ScenarioError(f"{where}: seed must be an integer in [0, 2**32), got {seed!r}")
-    events = _events(fields.get("events") or [], where, road_type, duration, cfg)
+    events = _events(fields.get("events") or [], where, road_type, duration, settings)
     speeds = fields.get("target_speeds_mps")
     if speeds is not None:
         speeds = _target_speeds(speeds, where)
@@ -354,15 +354,15 @@ def _number(value: Any, where: str, name: str) -> float:
 
 
 def _events(
-    raw: Any, where: str, road_type: str, duration: float, cfg: Mapping[str, Any]
+    raw: Any, where: str, road_type: str, duration: float, settings: ScenarioSettings
 ) -> tuple[dict[str, Any], ...]:
     if not isinstance(raw, list):
         raise ScenarioError(f"{where}: events must be a list of hazards")
-    if raw and road_type not in cfg["scripted_event_road_types"]:
+    if raw and road_type not in settings.scripted_event_road_types:
         raise ScenarioError(
             f"{where}: scripted events need a straight multi-lane road; road type {road_type!r} "
             f"is not in simulation.yaml scripted_event_road_types "
-            f"{list(cfg['scripted_event_road_types'])}"
+            f"{list(settings.scripted_event_road_types)}"
         )
     events = []
     for index, event in enumerate(raw):
@@ -489,10 +489,10 @@ def episode_for(
     Traffic level, target speeds, duration and harsher degradations become overrides of the
     fleet configuration for this one episode; the deployed file is never modified.
     """
-    cfg = simulation_config(config)
+    traffic = ScenarioSettings.load(config).traffic
     fleet_cfg = fleet_config(fleet)
     road = fleet_cfg["simulation"]["road_types"][scenario.road_type]
-    env_overrides = dict(cfg["traffic"][scenario.road_type][scenario.traffic] or {})
+    env_overrides = dict(traffic[scenario.road_type][scenario.traffic] or {})
     if "duration" in (road.get("env_config") or {}):
         env_overrides["duration"] = scenario.duration_s
     road_overrides: dict[str, Any] = {"env_config": env_overrides}

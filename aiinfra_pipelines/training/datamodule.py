@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from aiinfra_pipelines.perception.contract import PerceptionSpec, decode_images, perception_spec
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
-from .module import near_bins
+from .objective import near_bins
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "image",

@@ -10,14 +10,66 @@ training starts cold.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.release.reference import reference_release
+from aiinfra_pipelines.perception.network import PerceptionNet
 
 from .resources import mlflow_tracking_uri
-from .train import WarmStart, load_training_config
+from .settings import load_training_config
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Weights to start from instead of a random initialization: a released model's.
+
+    ``source`` names them (an MLflow model URI and version) and is recorded as the run's
+    ``warm_start_from`` param, so a model's lineage includes the model it grew from.
+    """
+
+    state_dict: Mapping[str, torch.Tensor]
+    source: str
+
+
+def warm_start_settings(settings: dict[str, Any], explicit_max_epochs: bool) -> dict[str, Any]:
+    """``training.yaml`` ``warm_start``: fewer epochs at a scaled learning rate."""
+    section = settings["warm_start"]
+    optimizer = {**settings["optimizer"]}
+    optimizer["lr"] = float(optimizer["lr"]) * float(section["lr_scale"])
+    updated = {**settings, "optimizer": optimizer}
+    if not explicit_max_epochs:
+        updated["max_epochs"] = int(section["max_epochs"])
+    return updated
+
+
+def fits(network: PerceptionNet, warm_start: WarmStart) -> bool:
+    """Whether ``warm_start``'s weights fit ``network`` tensor for tensor.
+
+    A recipe change that alters the architecture makes the released weights unusable; that
+    is a reason to train from scratch (the full cold recipe), not to fail the retraining.
+    """
+    own = network.state_dict()
+    theirs = dict(warm_start.state_dict)
+    mismatched = sorted(
+        key
+        for key in set(own) | set(theirs)
+        if key not in own or key not in theirs or own[key].shape != theirs[key].shape
+    )
+    if mismatched:
+        logger.warning(
+            "cold start: %s does not fit this architecture (%d tensors differ, e.g. %s)",
+            warm_start.source,
+            len(mismatched),
+            mismatched[0],
+        )
+    return not mismatched
 
 
 def reference_warm_start(
@@ -35,6 +87,10 @@ def reference_warm_start(
         return None
     import mlflow
     from mlflow.tracking import MlflowClient
+
+    # Here, not at the top: the training entry point imports WarmStart from this module and
+    # must not pull in the release layer (nor its lake code) to train.
+    from aiinfra_pipelines.release.reference import reference_release
 
     reference = reference_release(lake)
     if reference is not None and reference.get("model_uri"):

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.logs.anonymize import blur_regions
 from aiinfra_pipelines.logs.model import DriveLog, Frame
 from aiinfra_pipelines.logs.pii_detection import (
@@ -79,7 +79,7 @@ class AnonymizerSettings:
 
     @classmethod
     def load(cls, config: Mapping[str, Any] | None = None) -> AnonymizerSettings:
-        config = config if config is not None else load_resource_yaml(CONFIG_FILE)
+        config = settings_section(CONFIG_FILE, "", config).values
         section = config.get("anonymizer")
         if not isinstance(section, Mapping):
             raise KeyError(f"{CONFIG_FILE} has no anonymizer section")

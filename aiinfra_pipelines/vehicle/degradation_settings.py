@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 
 CONFIG_FILE = "vehicle.yaml"
 SECTION = "degradation"
@@ -44,7 +44,7 @@ class DegradationSettings:
     @classmethod
     def load(cls, config: Mapping[str, Any] | None = None) -> DegradationSettings:
         """From ``vehicle.yaml`` (or the given mapping); errors name the file and key."""
-        config = config if config is not None else load_resource_yaml(CONFIG_FILE)
+        config = settings_section(CONFIG_FILE, "", config).values
         section = config.get(SECTION)
         if not isinstance(section, Mapping):
             raise KeyError(f"{CONFIG_FILE} has no {SECTION} section")

@@ -18,8 +18,8 @@ from typing import Any
 from aiinfra_pipelines.config import dagster_home
 from aiinfra_pipelines.fleet.landing import LandedBatch, ingest_branch_name
 from aiinfra_pipelines.ingest.pulls import open_pull_requests
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.logs.model import DriveLog
 
 from .index_only import IndexOnlySettings, fired_rules, index_record, is_low_value

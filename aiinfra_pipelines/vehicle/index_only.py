@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.logs.model import DriveLog
 
 INDEX_RECORD_KIND = "aiinfra.index_record"
@@ -49,7 +49,7 @@ class IndexOnlySettings:
 
     @classmethod
     def load(cls, config: Mapping[str, Any] | None = None) -> IndexOnlySettings:
-        config = config if config is not None else load_resource_yaml(TRIGGERS_FILE)
+        config = settings_section(TRIGGERS_FILE, "", config).values
         section = config.get("index_only")
         if not isinstance(section, Mapping):
             raise KeyError(f"{TRIGGERS_FILE} has no index_only section")

@@ -13,6 +13,7 @@ before anything is sent, and every step of its upload is recorded before the nex
   acknowledged part right after it; a restarted outbox asks the lake what arrived and sends
   only the rest. A log whose upload completed just before a crash is recognised on the branch.
   Nothing is lost and no part is sent twice, except the one in flight at the crash.
+  (:mod:`.outbox_transfer`; the database and cache folder: :mod:`.outbox_db`.)
 * **Cache cap**: past ``cache_cap_bytes`` queued, logs are evicted, lowest class first and
   oldest first; urgent logs never. Every eviction is an event, reported with the rest.
 
@@ -23,19 +24,16 @@ committed there in one commit (an ingest branch, as ``fleet.landing`` lands a ba
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from aiinfra_pipelines.durable import write_durably
-from aiinfra_pipelines.lake.errors import NotFoundError
-from aiinfra_pipelines.lake.port import UploadHandle, VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
+from aiinfra_pipelines.lake.port import VersionedLake
 
+from .outbox_db import OutboxDatabase
 from .outbox_settings import OutboxSettings
 from .outbox_store import (
     CACHED_STATES,
@@ -46,7 +44,6 @@ from .outbox_store import (
     NOTICE,
     OPEN_STATES,
     QUEUED,
-    SCHEMA,
     UPLOADED,
     UPLOADING,
     DrainReport,
@@ -55,6 +52,7 @@ from .outbox_store import (
     QueueItem,
     commit_uploads,
 )
+from .outbox_transfer import LogTransfer
 
 __all__ = [
     "EVICTED",
@@ -85,31 +83,8 @@ class Outbox:
         self.folder = Path(folder)
         self.settings = settings or OutboxSettings.load()
         self.clock = clock
-        (self.folder / "data").mkdir(parents=True, exist_ok=True)
-        with self._db() as db:
-            db.executescript(SCHEMA)
-
-    # ------------------------------------------------------------------------ plumbing
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        connection = sqlite3.connect(self.folder / "outbox.sqlite3", timeout=30)
-        connection.row_factory = sqlite3.Row
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=FULL")
-            with connection:  # one transaction: committed on success, rolled back otherwise
-                yield connection
-        finally:
-            connection.close()
-
-    def _data_path(self, log_id: str) -> Path:
-        return self.folder / "data" / f"{log_id}.bin"
-
-    def _event(self, db: sqlite3.Connection, kind: str, log_id: str, **detail: object) -> None:
-        db.execute(
-            "INSERT INTO events (at, kind, log_id, detail) VALUES (?, ?, ?, ?)",
-            (self.clock().isoformat(), kind, log_id, json.dumps(detail, sort_keys=True)),
-        )
+        self.store = OutboxDatabase(self.folder, clock)
+        self.transfer = LogTransfer(self.store, self.settings)
 
     # ------------------------------------------------------------------------- enqueue
     def enqueue(self, log_id: str, data: bytes, rules: Sequence[str]) -> str:
@@ -149,7 +124,7 @@ class Outbox:
         outbox already holds with the same bytes are skipped, other bytes are refused.
         """
         new: list[QueueItem] = []
-        with self._db() as db:
+        with self.store.connect() as db:
             for item in items:
                 known = db.execute(
                     "SELECT sha256 FROM logs WHERE log_id = ?", (item.item_id,)
@@ -163,8 +138,8 @@ class Outbox:
         if not new:
             return
         for item in new:
-            write_durably(self._data_path(item.item_id), item.data)
-        with self._db() as db:
+            write_durably(self.store.data_path(item.item_id), item.data)
+        with self.store.connect() as db:
             for item in new:
                 seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM logs").fetchone()[0]
                 db.execute(
@@ -186,7 +161,7 @@ class Outbox:
                         item.state,
                     ),
                 )
-                self._event(
+                self.store.event(
                     db,
                     "held" if item.state == HELD else "enqueued",
                     item.item_id,
@@ -197,7 +172,7 @@ class Outbox:
             evicted = self._evict_over_cap(db)
         # Files go only once the evictions are committed: a queued row always has its bytes.
         for evicted_id in evicted:
-            self._data_path(evicted_id).unlink(missing_ok=True)
+            self.store.data_path(evicted_id).unlink(missing_ok=True)
 
     def _evict_over_cap(self, db: sqlite3.Connection) -> list[str]:
         """Mark queued (not half-sent) logs of evictable classes evicted, lowest class and
@@ -224,7 +199,7 @@ class Outbox:
                 "UPDATE logs SET state = ?, finished_at = ? WHERE log_id = ?",
                 (EVICTED, self.clock().isoformat(), row["log_id"]),
             )
-            self._event(
+            self.store.event(
                 db,
                 "evicted",
                 row["log_id"],
@@ -258,7 +233,7 @@ class Outbox:
         """
         report = DrainReport()
         lake.create_branch(batch_branch, source_ref=MAIN_BRANCH, exist_ok=True)
-        with self._db() as db:
+        with self.store.connect() as db:
             rows = db.execute(
                 f"SELECT * FROM logs WHERE state IN {OPEN_STATES} ORDER BY rank ASC, seq ASC"
             ).fetchall()
@@ -268,7 +243,9 @@ class Outbox:
             if priority.needs_window and not window_open:
                 report.stopped_by = f"{priority.name} logs wait for the upload window"
                 continue
-            outcome = self._upload(lake, row, batch_branch, priority.ignores_budget, on_progress)
+            outcome = self.transfer.upload(
+                lake, row, batch_branch, priority.ignores_budget, on_progress
+            )
             report.parts_sent += outcome.parts_sent
             report.bytes_sent += outcome.bytes_sent
             if outcome.branch:
@@ -296,7 +273,7 @@ class Outbox:
         """
         report = PullReport()
         gone: list[str] = []
-        with self._db() as db:
+        with self.store.connect() as db:
             for log_id, request in sorted(requests.items()):
                 row = db.execute(
                     "SELECT * FROM logs WHERE log_id = ? AND kind = ?", (log_id, LOG)
@@ -305,7 +282,7 @@ class Outbox:
                     continue
                 if row["state"] == HELD:
                     db.execute("UPDATE logs SET state = ? WHERE log_id = ?", (QUEUED, log_id))
-                    self._event(db, "pull_served", log_id, request=request.get("request_id"))
+                    self.store.event(db, "pull_served", log_id, request=request.get("request_id"))
                     report.served.append(log_id)
                 elif row["state"] == EVICTED:
                     answered = db.execute(
@@ -327,120 +304,20 @@ class Outbox:
             self._insert(
                 [QueueItem(f"{log_id}.{NOTICE}", NOTICE, log_id, body, [], index_class, QUEUED)]
             )
-            with self._db() as db:
-                self._event(db, "pull_unservable", log_id, reason=notice["reason"])
+            with self.store.connect() as db:
+                self.store.event(db, "pull_unservable", log_id, reason=notice["reason"])
             report.unservable.append(log_id)
         return report
 
     def _evicted_at(self, log_id: str) -> str:
-        with self._db() as db:
+        with self.store.connect() as db:
             row = db.execute("SELECT finished_at FROM logs WHERE log_id = ?", (log_id,)).fetchone()
         return "" if row is None else str(row["finished_at"])
-
-    def _sent_today(self, db: sqlite3.Connection) -> int:
-        day = self.clock().date().isoformat()
-        return db.execute(
-            "SELECT COALESCE(SUM(bytes), 0) FROM transfers WHERE day = ?", (day,)
-        ).fetchone()[0]
-
-    def _handle(self, lake: VersionedLake, row: sqlite3.Row, branch: str) -> _Resumed:
-        """The open upload for ``row`` with the parts the lake holds, or the finished object."""
-        key = row["object_key"]
-        if row["state"] == UPLOADING:
-            handle = UploadHandle(row["branch"], row["key"], row["upload_id"])
-            try:
-                return _Resumed(handle, lake.uploaded_parts(handle), finished=False)
-            except NotFoundError:
-                on_branch = lake.object_exists(handle.branch, handle.key)
-                if on_branch and lake.stat_object(handle.branch, handle.key).size == row["size"]:
-                    return _Resumed(handle, {}, finished=True)  # completed before a crash
-                branch = handle.branch  # the upload expired: start again where it began
-        handle = lake.begin_upload(branch, key)
-        with self._db() as db:
-            db.execute("DELETE FROM parts WHERE log_id = ?", (row["log_id"],))
-            db.execute(
-                "UPDATE logs SET state = ?, branch = ?, key = ?, upload_id = ? WHERE log_id = ?",
-                (UPLOADING, handle.branch, handle.key, handle.upload_id, row["log_id"]),
-            )
-        return _Resumed(handle, {}, finished=False)
-
-    def _upload(
-        self,
-        lake: VersionedLake,
-        row: sqlite3.Row,
-        branch: str,
-        ignores_budget: bool,
-        on_progress: Progress | None,
-    ) -> _Outcome:
-        log_id = row["log_id"]
-        resumed = self._handle(lake, row, branch)
-        outcome = _Outcome(branch=resumed.handle.branch)
-        if not resumed.finished:
-            data = self._data_path(log_id).read_bytes()
-            size = self.settings.part_bytes
-            count = max(1, math.ceil(len(data) / size))
-            with self._db() as db:
-                # The lake is the truth about what arrived (a part acknowledged but not yet
-                # recorded when the car died counts as arrived).
-                for number, etag in resumed.parts.items():
-                    db.execute(
-                        "INSERT OR REPLACE INTO parts VALUES (?, ?, ?)", (log_id, number, etag)
-                    )
-            parts = dict(resumed.parts)
-            for number in range(1, count + 1):
-                if number in parts:
-                    continue
-                chunk = data[(number - 1) * size : number * size]
-                with self._db() as db:
-                    over = self._sent_today(db) + len(chunk) > self.settings.daily_budget_bytes
-                if over and not ignores_budget:
-                    outcome.stopped_by = "daily budget reached"
-                    return outcome
-                etag = lake.upload_part(resumed.handle, number, chunk)
-                with self._db() as db:
-                    db.execute(
-                        "INSERT OR REPLACE INTO parts VALUES (?, ?, ?)", (log_id, number, etag)
-                    )
-                    now = self.clock()
-                    db.execute(
-                        "INSERT INTO transfers (log_id, part_number, bytes, day, at) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        (log_id, number, len(chunk), now.date().isoformat(), now.isoformat()),
-                    )
-                parts[number] = etag
-                outcome.parts_sent += 1
-                outcome.bytes_sent += len(chunk)
-                if on_progress is not None:
-                    on_progress("part", log_id, number)
-            stat = lake.complete_upload(resumed.handle, parts)
-            if on_progress is not None:
-                on_progress("completed", log_id, len(parts))
-            if stat.size != row["size"]:
-                raise RuntimeError(
-                    f"log {log_id}: the lake holds {stat.size} bytes after upload, not "
-                    f"{row['size']}"
-                )
-        with self._db() as db:
-            db.execute(
-                "UPDATE logs SET state = ?, finished_at = ? WHERE log_id = ?",
-                (UPLOADED, self.clock().isoformat(), log_id),
-            )
-            self._event(
-                db,
-                "uploaded",
-                log_id,
-                branch=resumed.handle.branch,
-                key=resumed.handle.key,
-                recovered=resumed.finished,
-            )
-        self._data_path(log_id).unlink(missing_ok=True)
-        outcome.completed = True
-        return outcome
 
     # -------------------------------------------------------------------------- report
     def status(self) -> dict[str, object]:
         """Backlog and bytes sent per class, today's budget use, evictions (for telemetry)."""
-        with self._db() as db:
+        with self.store.connect() as db:
             backlog = {
                 row["class"]: {"logs": row["logs"], "bytes": row["bytes"]}
                 for row in db.execute(
@@ -461,7 +338,7 @@ class Outbox:
                     "SELECT * FROM events WHERE kind = 'evicted' ORDER BY id"
                 ).fetchall()
             ]
-            sent_today = self._sent_today(db)
+            sent_today = self.store.sent_today(db)
             held = db.execute(
                 "SELECT COUNT(*) AS logs, COALESCE(SUM(size), 0) AS bytes FROM logs "
                 "WHERE state = ?",
@@ -485,7 +362,7 @@ class Outbox:
     def upload_branches(self) -> list[str]:
         """Branches this outbox completed uploads on: where a crashed run may have left them
         staged and uncommitted (``fleet_upload`` commits them on its next run)."""
-        with self._db() as db:
+        with self.store.connect() as db:
             return [
                 row["branch"]
                 for row in db.execute(
@@ -495,7 +372,7 @@ class Outbox:
             ]
 
     def states(self) -> dict[str, str]:
-        with self._db() as db:
+        with self.store.connect() as db:
             return {
                 row["log_id"]: row["state"]
                 for row in db.execute("SELECT log_id, state FROM logs ORDER BY seq")
@@ -503,24 +380,8 @@ class Outbox:
 
     def transfers(self) -> list[tuple[str, int]]:
         """(log id, part number) of every part sent, in order (what went over the air)."""
-        with self._db() as db:
+        with self.store.connect() as db:
             return [
                 (row["log_id"], row["part_number"])
                 for row in db.execute("SELECT log_id, part_number FROM transfers ORDER BY id")
             ]
-
-
-@dataclass
-class _Resumed:
-    handle: UploadHandle
-    parts: dict[int, str]
-    finished: bool
-
-
-@dataclass
-class _Outcome:
-    branch: str | None = None
-    completed: bool = False
-    stopped_by: str = ""
-    parts_sent: int = 0
-    bytes_sent: int = 0

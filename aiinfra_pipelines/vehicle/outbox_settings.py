@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 
 CONFIG_FILE = "vehicle.yaml"
 
@@ -35,7 +35,7 @@ class OutboxSettings:
     @classmethod
     def load(cls, config: Mapping[str, Any] | None = None) -> OutboxSettings:
         """From ``vehicle.yaml`` (or the given mapping); errors name the file and key."""
-        config = config if config is not None else load_resource_yaml(CONFIG_FILE)
+        config = settings_section(CONFIG_FILE, "", config).values
         section = config.get("outbox")
         if not isinstance(section, Mapping):
             raise KeyError(f"{CONFIG_FILE} has no outbox section")

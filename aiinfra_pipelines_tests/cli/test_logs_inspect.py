@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from aiinfra_pipelines.cli import app
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.logs.writer import write_drive_log
-from aiinfra_pipelines_tests.logs.ros2_recording import write_ros2_recording
+from aiinfra_pipelines_tests.support.ros2_recording import write_ros2_recording
 
 runner = CliRunner()
 
@@ -69,7 +69,7 @@ def test_garbage_is_refused_not_a_traceback(tmp_path) -> None:
 
 
 def test_a_simulated_fleet_log_reports_both_cameras_and_the_lidar(tmp_path) -> None:
-    from aiinfra_pipelines_tests.fleet_rig import healthy_logs
+    from aiinfra_pipelines_tests.support.fleet_rig import healthy_logs
 
     path = tmp_path / "fleet.mcap"
     write_drive_log(healthy_logs()[0], path)

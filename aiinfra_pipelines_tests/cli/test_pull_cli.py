@@ -11,7 +11,7 @@ from aiinfra_pipelines.environment import build_lake, load_environment
 from aiinfra_pipelines.ingest.resources import AnonymizationKey
 from aiinfra_pipelines.lake.io_manager import LakeIOManager
 from aiinfra_pipelines.vehicle.fleet_upload import upload_through_outboxes
-from aiinfra_pipelines_tests.ingest.helpers import materialize_partition, partition_of
+from aiinfra_pipelines_tests.support.ingest_runs import materialize_partition, partition_of
 from aiinfra_pipelines_tests.vehicle.test_index_only_pulls import encoded, quiet_night_sample
 
 runner = CliRunner()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pandas as pd
 import pytest
 
-from aiinfra_pipelines_tests.datasets.helpers import make_frames
+from aiinfra_pipelines_tests.support.dataset_frames import make_frames
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
@@ -16,7 +16,7 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 @pytest.fixture(scope="module")
 def fleet() -> pd.DataFrame:
     """8 highway-env episodes (13 logs, 7 slices); ``fleet_frames`` caches it per process."""
-    from aiinfra_pipelines_tests.fleet_data import fleet_frames
+    from aiinfra_pipelines_tests.support.fleet_data import fleet_frames
 
     return fleet_frames(4, 2, 0)
 

@@ -16,7 +16,7 @@ from aiinfra_pipelines.datasets.benchmark import (
     select_benchmark_logs,
 )
 from aiinfra_pipelines.datasets.split import split_by_log
-from aiinfra_pipelines_tests.datasets.helpers import make_frames
+from aiinfra_pipelines_tests.support.dataset_frames import make_frames
 
 PARAMS = {"fraction": 0.2, "seed": 0, "min_logs_per_slice": 1}
 OLD = {"day/clear/highway": 6, "night/rain/merge": 3, "night/fog/roundabout": 1}

@@ -12,13 +12,14 @@ from aiinfra_pipelines.datasets.calibration import (
     coverage_report,
     select_calibration_set,
 )
-from aiinfra_pipelines.datasets.settings import calibration_gates
-from aiinfra_pipelines_tests.datasets.helpers import make_frames
+from aiinfra_pipelines.datasets.settings import CalibrationGates
+from aiinfra_pipelines_tests.support.dataset_frames import make_frames
 
 
 @pytest.fixture(scope="module")
 def gates() -> tuple[int, dict[str, dict[str, float]]]:
-    return calibration_gates()
+    gates = CalibrationGates.load()
+    return gates.samples, gates.min_share
 
 
 def _assert_meets(sample: pd.DataFrame, min_share: dict[str, dict[str, float]]) -> None:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from aiinfra_pipelines.datasets.manifest import build_manifest, next_dataset_version
-from aiinfra_pipelines.datasets.settings import DatasetSettings, dataset_settings
+from aiinfra_pipelines.datasets.settings import DatasetSettings
 from aiinfra_pipelines.datasets.split import SplitLeakageError, split_by_log
 
 
@@ -73,12 +73,12 @@ def test_next_dataset_version(tags: list[str], expected: str) -> None:
 
 
 def test_dataset_settings_from_resources() -> None:
-    settings = dataset_settings()
+    settings = DatasetSettings.load()
     assert isinstance(settings, DatasetSettings)
     assert 0 < settings.val_fraction < 1 and 0 <= settings.benchmark_fraction < 1
     assert settings.min_benchmark_logs_per_slice >= 1
     with pytest.raises(ValueError, match="val_fraction"):
-        dataset_settings(
+        DatasetSettings.load(
             {
                 "seed": 0,
                 "split": {"val_fraction": 1.0},

@@ -11,7 +11,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 
 import dagster as dg
 import pytest
@@ -75,15 +74,14 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_prod_code_location_loads_offline_with_the_k8s_executor(prod_env, no_network) -> None:
-    started = time.perf_counter()
     defs = build_definitions("prod")
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     jobs = [defs.resolve_job_def("training_cycle"), defs.resolve_implicit_global_asset_job_def()]
-    elapsed = time.perf_counter() - started
 
+    # Nothing to wait on: with every connect and lookup refused and recorded, an attempt (and
+    # with it a connect timeout or a retry's backoff) would be on this list. Counted, not timed.
     assert no_network == [], f"loading prod definitions touched the network: {no_network}"
-    assert elapsed < 60, "loading waited on something (a connect timeout?)"
     assert {"ingest", "mining", "datasets", "training", "evaluation"} <= {
         graph.get(key).group_name for key in graph.get_all_asset_keys()
     }
@@ -191,12 +189,16 @@ def test_lake_settings_typos_are_refused() -> None:
 @pytest.mark.slow
 def test_the_helm_entry_point_loads_in_prod_mode(tmp_path) -> None:
     """What the user deployment runs (``-m aiinfra_pipelines.definitions``), as a CLI process
-    with every endpoint unroutable: it must load without waiting on any of them."""
-    started = time.perf_counter()
+    with every endpoint unroutable: it must load without trying any of them (the child refuses
+    and records every remote connect and DNS lookup, so an attempt is counted, not timed)."""
+    attempts = tmp_path / "network-attempts.txt"
+    attempts.touch()
     result = subprocess.run(
         [
             sys.executable,
             "-m",
+            "aiinfra_pipelines_tests.support.offline_child",
+            str(attempts),
             "dagster",
             "definitions",
             "validate",
@@ -207,7 +209,7 @@ def test_the_helm_entry_point_loads_in_prod_mode(tmp_path) -> None:
         text=True,
         env={"PATH": "/usr/bin:/bin", "DAGSTER_HOME": str(tmp_path), **PROD_ENV},
         cwd=PROJECT_ROOT,
-        timeout=300,
+        timeout=300,  # a hang guard only: the verdict is the count below
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert time.perf_counter() - started < 240
+    assert attempts.read_text() == "", "loading touched the network:\n" + attempts.read_text()

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from aiinfra_pipelines.config import PROJECT_ROOT, resources_dir
-from aiinfra_pipelines_tests.lake.http_fakes import moto_s3
+from aiinfra_pipelines_tests.support.http_fakes import moto_s3
 
 pytestmark = pytest.mark.slow
 

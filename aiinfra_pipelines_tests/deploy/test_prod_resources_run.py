@@ -21,7 +21,7 @@ import pytest
 from aiinfra_pipelines.environment import build_resources, load_environment
 from aiinfra_pipelines.lake import LakeAuthError, VersionedLake
 from aiinfra_pipelines.training.resources import MlflowTracking, mlflow_tracking_uri
-from aiinfra_pipelines_tests.lake.http_fakes import FakeLakeFS, Reply, moto_s3, serve
+from aiinfra_pipelines_tests.support.http_fakes import FakeLakeFS, Reply, moto_s3, serve
 
 LAKE_SECRET = "lakefs-secret-7Hq2-never-persisted"
 LAKE_KEY_ID = "AKIALAKEFSPRODTEST01"

@@ -30,14 +30,14 @@ OUTLIER_CONSUMER = "/features/features.2/features.2.0/Conv"
 
 @pytest.fixture(scope="session")
 def fleet() -> pd.DataFrame:
-    from aiinfra_pipelines_tests.fleet_data import fleet_frames
+    from aiinfra_pipelines_tests.support.fleet_data import fleet_frames
 
     return fleet_frames(4, 2, 0)
 
 
 @pytest.fixture(scope="session")
 def split(fleet):
-    from .helpers import split_logs
+    from aiinfra_pipelines_tests.support.trained_networks import split_logs
 
     return split_logs(fleet)
 
@@ -45,21 +45,21 @@ def split(fleet):
 @pytest.fixture(scope="session")
 def calibration(split):
     """256 real training frames covering every condition (what calibration_set provides)."""
-    from .helpers import labelled, sample
+    from aiinfra_pipelines_tests.support.trained_networks import labelled, sample
 
     return labelled(sample(split[0], 256))
 
 
 @pytest.fixture(scope="session")
 def held_out(split):
-    from .helpers import labelled
+    from aiinfra_pipelines_tests.support.trained_networks import labelled
 
     return labelled(split[1])
 
 
 @pytest.fixture(scope="session")
 def network(split):
-    from .helpers import labelled, train_network
+    from aiinfra_pipelines_tests.support.trained_networks import labelled, train_network
 
     return train_network(labelled(split[0]), epochs=4)
 

@@ -22,14 +22,13 @@ import yaml
 from aiinfra_pipelines.config import resources_dir
 from aiinfra_pipelines.datasets.assets import BENCHMARK_MANIFEST
 from aiinfra_pipelines.datasets.loading import load_frames
-from aiinfra_pipelines.deployment.candidate import LATEST_KEY, manifest_key
 from aiinfra_pipelines.deployment.frames import labelled_frames
 from aiinfra_pipelines.fleet.simulator import drive_fleet
+from aiinfra_pipelines.lake.layout import LATEST_CANDIDATE_KEY, MAIN_BRANCH, candidate_manifest_key
 from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
-from aiinfra_pipelines_tests.loop.helpers import (
+from aiinfra_pipelines_tests.support.loop_runs import (
     ingest_and_mine,
     loop_resources,
     run_deployment,
@@ -40,6 +39,8 @@ pytestmark = pytest.mark.slow
 
 CANDIDATE_FILES = ("fp32.onnx", "fp16.onnx", "int8.onnx", "manifest.json")
 REPORTS = ("offline_eval", "engine_parity", "engine_benchmark")
+# gates.yaml deployment.latency.cpu-ci in these tests; memory keeps the project's budget.
+UNTIMED_LATENCY_BUDGET = {"p99_ms_batch1": 1.0e6, "min_throughput_fps": 1.0e-6}
 
 
 def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
@@ -71,6 +72,10 @@ def _short_training(name: str, config: dict) -> None:
         # Three epochs on eight drives: deployment is under test, not whether such a model
         # beats the no-camera baselines (the first-release gate has its own tests).
         config["offline"]["first_release"] = None
+        # The latency gate is blocking, and a shared CI runner's timings say nothing about the
+        # engine: held to limits no machine misses, the verdict depends on the engines alone
+        # (the gate's arithmetic is test_benchmark.py's; speed is benchmarks/engines.py's).
+        config["deployment"]["latency"]["cpu-ci"].update(UNTIMED_LATENCY_BUDGET)
 
 
 def _zero_tolerance_parity(name: str, config: dict) -> None:
@@ -139,8 +144,8 @@ def test_the_published_candidate_is_on_main_as_docs_loop_specifies(deployed):
     lake, version = deployed["lake"], deployed["version"]
     published = deployed["published"]
     assert published.success and all(_checks(published).values())
-    assert lake.get_json(MAIN_BRANCH, LATEST_KEY)["model_version"] == version
-    manifest = lake.get_json(MAIN_BRANCH, manifest_key(version))
+    assert lake.get_json(MAIN_BRANCH, LATEST_CANDIDATE_KEY)["model_version"] == version
+    manifest = lake.get_json(MAIN_BRANCH, candidate_manifest_key(version))
     for name in CANDIDATE_FILES:
         assert lake.object_exists(MAIN_BRANCH, f"candidates/{version}/{name}")
     training = _metadata(deployed["training"], "trained_model")
@@ -184,17 +189,23 @@ def test_reports_hold_the_numbers_behind_the_verdicts(deployed):
     assert tensors and {"tensor", "node", "sqnr_db"} <= set(tensors[0])
     bench = lake.get_json(MAIN_BRANCH, f"candidates/{version}/reports/engine_benchmark.json")
     assert bench["target"] == "cpu-ci" and bench["platform"]["backend"] == "onnxruntime"
+    assert bench["passed"] is True and bench["failures"] == []
+    assert bench["budget"] == {**UNTIMED_LATENCY_BUDGET, "max_peak_memory_mb": 512.0}
     for precision in ("fp32", "fp16", "int8"):
         stats = bench["engines"][precision]
+        assert stats["iterations"] == 200 and stats["serving_batch"] == 32
         assert 0 < stats["p50_ms"] <= stats["p95_ms"] <= stats["p99_ms"]
-        assert stats["throughput_fps"] > 0 and stats["peak_memory_mb"] >= 0
+        assert stats["throughput_fps"] > 0
+        # Measured in a fresh process (memory_probe): weights and arena, far below a process.
+        assert stats["memory_kind"] == "host_rss, vmhwm (fresh process)"
+        assert 0.5 < stats["peak_memory_mb"] < 256
     offline = lake.get_json(MAIN_BRANCH, f"candidates/{version}/reports/offline_eval.json")
     assert offline["passed"] is True and offline["candidate"]
 
 
 def test_the_registry_version_carries_lineage_and_engine_hashes(deployed):
     lake, version = deployed["lake"], deployed["version"]
-    manifest = lake.get_json(MAIN_BRANCH, manifest_key(version))
+    manifest = lake.get_json(MAIN_BRANCH, candidate_manifest_key(version))
     client = mlflow.MlflowClient(tracking_uri=deployed["resources"]["mlflow_tracking"].uri())
     model_version = client.get_model_version("perception", version)
     tags = model_version.tags
@@ -213,7 +224,7 @@ def test_the_registry_version_carries_lineage_and_engine_hashes(deployed):
 
 def test_the_shipped_engine_runs_from_main_and_keeps_its_recorded_accuracy(deployed):
     lake, version = deployed["lake"], deployed["version"]
-    manifest = lake.get_json(MAIN_BRANCH, manifest_key(version))
+    manifest = lake.get_json(MAIN_BRANCH, candidate_manifest_key(version))
     spec = perception_spec()
     engine = OnnxRuntimeEngine(lake.get_object(MAIN_BRANCH, manifest["ship"]["key"]), spec)
     assert engine.sha256 == manifest["ship"]["sha256"]

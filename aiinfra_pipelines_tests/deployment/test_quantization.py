@@ -7,7 +7,7 @@ import hashlib
 import onnx
 import pytest
 
-from aiinfra_pipelines.datasets.settings import calibration_gates
+from aiinfra_pipelines.datasets.settings import CalibrationGates
 from aiinfra_pipelines.deployment.fallback import QuantizationBudgetError, mixed_precision_int8
 from aiinfra_pipelines.deployment.frames import (
     CalibrationCoverageError,
@@ -119,7 +119,7 @@ def test_a_breach_no_allowed_fallback_fixes_fails_naming_the_slices(
 
 
 def test_calibration_frames_missing_a_required_condition_are_refused(calibration):
-    _, min_share = calibration_gates()
+    min_share = CalibrationGates.load().min_share
     report = require_calibration_coverage(calibration.tags, min_share)
     assert report["meets_min_share"]
     without_fog = calibration.tags[calibration.tags["weather"] != "fog"]

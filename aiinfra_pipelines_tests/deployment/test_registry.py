@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from aiinfra_pipelines.deployment.registry import load_network, log_onnx, version_tags
 from aiinfra_pipelines.training.resources import mlflow_tracking_uri
-from aiinfra_pipelines.training.train import register_model_version
+from aiinfra_pipelines.training.tracking import register_model_version
 
 
 @pytest.fixture

@@ -12,8 +12,10 @@ badcases plus the new logs; certified, it supersedes v1's rollout (it was gated 
 and the closing drive's telemetry judges its canary. ``summary.json`` records both cycles.
 
 The learning outcome, by the production gates (the demo's overlays size rollout cohorts and
-sensor intervals only — checked below): cycle 1's candidate reaches the accuracy targets and
-is certified; cycle 2's candidate is better on the slice cycle 1 was weakest on. Slow (about
+sensor intervals only — checked below; the test lifts only the wall-clock budgets, see
+``UNTIMED_BUDGETS``): cycle 1's candidate reaches the accuracy targets and is certified;
+cycle 2's candidate is better on the slice cycle 1 was weakest on, is certified, takes over
+v1's rollout and is rolled back at its canary by the closing drive's collisions. Slow (about
 15 minutes on 2 cores) but run in CI: it replaced a smaller run on an eight-drive fleet whose
 gates had to be lifted, since a candidate trained on eight drives cannot pass them. (It was
 withdrawn once, when cycle 1 drew 13 at-fault episodes of 120 against an absolute cap of 0.10
@@ -42,14 +44,15 @@ from aiinfra_pipelines.config import PROJECT_ROOT, resources_dir
 from aiinfra_pipelines.fleet.conditions import plan_conditions
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.lake.io_manager import read_asset_partitions, read_parquet_prefix
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH, PUBLISHED_TELEMETRY_PREFIX
 from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX, root_run_id_of_branch
-from aiinfra_pipelines.release.rollout import PUBLISHED_TELEMETRY_PREFIX, latest_telemetry_commit
+from aiinfra_pipelines.lake.publish import RUN_BRANCH_PREFIX, root_run_id_of_branch
+from aiinfra_pipelines.release.rollout_telemetry import latest_telemetry_commit
+from aiinfra_pipelines_tests.support.config_copies import resources_with
 
 pytestmark = pytest.mark.slow
 
 RUN_KEY_TAG = "dagster/run_key"
-DECISIONS = {"stage_started", "rolled_back", "awaiting_approval", "healthy"}
 DEMO = yaml.safe_load((resources_dir() / "demo.yaml").read_text())
 VEHICLES, EPISODES = int(DEMO["fleet"]["vehicles"]), int(DEMO["fleet"]["episodes"])
 SEED = int(DEMO["fleet"]["seed"])
@@ -58,6 +61,19 @@ DEMO_CLOSING_EPISODES = int(DEMO["closing_drive"]["episodes"])
 # The issue's targets for the first candidate on the frozen benchmark.
 MIN_ACCURACY, MIN_F1, MIN_SLICE_ACCURACY = 0.93, 0.88, 0.85
 MIN_FRAMES_PER_CYCLE = 5000
+# Budgets on wall-clock time measure the runner, not the engine: on a shared 2-core CI machine
+# the certification's latency gate (p99 at batch 1 on the host) and the rollout's telemetry
+# latency budget (what the cars' sessions measured beside the daemon) flip with the load.
+# The demo runs on a copy of resources/ with only these lifted, so every verdict below rests
+# on deterministic figures; engine speed is benchmarks/engines.py's business.
+UNTIMED_BUDGETS = {
+    "gates.yaml": {
+        "deployment": {
+            "latency": {"cpu-ci": {"p99_ms_batch1": 1.0e6, "min_throughput_fps": 1.0e-6}}
+        },
+        "release": {"rollout": {"budgets": {"latency_p95_ms": 1.0e6}}},
+    }
+}
 
 
 def _first_cycle_repeats_a_slice() -> bool:
@@ -105,13 +121,14 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(home))  # the instance's dagster.yaml refers to it
     shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "AIINFRA_RESOURCES": str(resources_dir()),
-        "SDL_VIDEODRIVER": "dummy",
-        "COLUMNS": "200",
-    }
+    with resources_with(tmp_path / "resources", UNTIMED_BUDGETS) as untimed:
+        env = {
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "AIINFRA_RESOURCES": str(untimed),
+            "SDL_VIDEODRIVER": "dummy",
+            "COLUMNS": "200",
+        }
     aiinfra = Path(sys.executable).with_name("aiinfra")
     assert _first_cycle_repeats_a_slice()  # else nothing could be held out to benchmark
     with (tmp_path / "demo.out").open("w") as out:
@@ -208,39 +225,40 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     branches = sorted(index["source_branch"].unique())
     logged = set(index.loc[index["source_branch"] == branches[-1], "software_version"])
     assert logged <= {"perception-v1", "rule-planner-0"}
-    # ... and the rollout judged that batch: a decision, or a wait whose reason is this sample.
+    # ... and the rollout judged that batch: at seed 7 the canary cohort drove v1 without a
+    # breach and the rollout widened to the early stage (docs/training.md, every seed-7 run).
     assert len(events) >= 3, state["history"]  # shadow, canary started, then cycle 2's verdict
-    last = state["history"][2]
-    if last["event"] == "waiting":  # e.g. the cohort's cars crashed early: too few frames
-        sample = [
-            f"candidate cohort has {int(cohort['frames'].sum())} frames",
-            f"control cohort has {int(control['frames'].sum())} frames",
-            "no telemetry from the candidate engine yet",
-        ]
-        assert any(text in last["reason"] for text in sample), last
-    else:
-        assert last["event"] in DECISIONS, last
+    verdict = state["history"][2]
+    assert verdict["event"] == "stage_started" and verdict["stage"] == "early", verdict
+    assert verdict["decision"]["action"] == "advance", verdict
+    assert verdict["decision"]["breaches"] == [], verdict
 
     # -- the closing drive: the newest rollout judged on telemetry driven after it began ------
     closing = second["closing_drive"]
     rounds = closing["rounds"]
     assert closing["telemetry_records"] == closing["drives"]
+    # The first round's canary sample suffices at seed 7: the rollout decides at once.
+    assert rounds == 1, closing
     assert closing["drives"] == VEHICLES * DEMO_CLOSING_EPISODES * rounds
-    assert 1 <= rounds <= int(DEMO["closing_drive"]["max_rounds"])
     current = lake.get_json(MAIN_BRANCH, "release/rollout/current.json")["model_version"]
     assert closing["model_version"] == current
-    if second["certified"]:
-        # v2 was gated against v1, the release rolling out: it took the fleet over.
-        assert current == "2", current
-        v1 = lake.get_json(MAIN_BRANCH, "release/rollout/1.json")
-        assert v1["status"] == "superseded" and v1["superseded_by"] == "2", v1["history"][-1]
-        v2 = lake.get_json(MAIN_BRANCH, "release/rollout/2.json")
-        assert [e["event"] for e in v2["history"]][:2] == ["shadow", "stage_started"]
-        assert v2["supersedes"] == "1"
-        assert second["rollout"] == closing["rollout"]
-    # Its last entry is a decision on the closing drive's telemetry (the newest on main).
-    judged = lake.get_json(MAIN_BRANCH, f"release/rollout/{current}.json")["history"][-1]
-    assert judged["event"] in DECISIONS | {"waiting"}, judged
+    # v2 is certified and was gated against v1, the release rolling out: it took the fleet over.
+    assert second["certified"] is True, second
+    assert current == "2", current
+    v1 = lake.get_json(MAIN_BRANCH, "release/rollout/1.json")
+    assert v1["status"] == "superseded" and v1["superseded_by"] == "2", v1["history"][-1]
+    v2 = lake.get_json(MAIN_BRANCH, "release/rollout/2.json")
+    assert [e["event"] for e in v2["history"]][:2] == ["shadow", "stage_started"]
+    assert v2["supersedes"] == "1"
+    assert second["rollout"] == closing["rollout"]
+    # Its last entry is the decision on the closing drive's telemetry (the newest on main): at
+    # seed 7 the canary cohort collided more often than the control, beyond the collision
+    # budget (noise on a canary of a few hundred frames; docs/training.md), and v2 went back.
+    judged = v2["history"][-1]
+    assert judged["event"] == "rolled_back" and judged["stage"] == "canary", judged
+    assert v2["status"] == "rolled_back", v2["history"]
+    breached = {breach["metric"] for breach in judged["decision"]["breaches"]}
+    assert "collision_rate_per_1k_frames" in breached, judged
     assert judged["decision"]["telemetry_commit"] == latest_telemetry_commit(lake), judged
 
     # -- the loop learns, by the production gates ---------------------------------------------

@@ -16,7 +16,7 @@ def labelled_fleet() -> tuple[pd.DataFrame, np.ndarray, np.ndarray, float]:
     """(frames, occupancy labels N×3×bins, lead gaps N normalized, max range) of a small fleet."""
     from aiinfra_pipelines.perception.contract import perception_spec
     from aiinfra_pipelines.perception.labels import ground_truth_labels
-    from aiinfra_pipelines_tests.fleet_data import fleet_frames
+    from aiinfra_pipelines_tests.support.fleet_data import fleet_frames
 
     frames = fleet_frames(4, 2, 0)
     spec = perception_spec()

@@ -86,11 +86,11 @@ def test_a_canvas_of_another_size_is_refused(camera: EgoCamera) -> None:
 def test_plates_sit_where_ground_truth_puts_the_cars_in_the_ego_frame(road_type: str) -> None:
     """The logged ego-frame positions (x ahead, y left) and the image agree on curved roads."""
     from aiinfra_pipelines.fleet.sim_env import (
-        GroundTruthReader,
         isolated_behaviour_class,
         make_env,
         render_frame,
     )
+    from aiinfra_pipelines.fleet.sim_ground_truth import GroundTruthReader
 
     config = fleet_config(None)
     camera = EgoCamera.from_config(config["camera"])

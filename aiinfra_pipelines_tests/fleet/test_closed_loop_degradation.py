@@ -32,7 +32,7 @@ from aiinfra_pipelines.vehicle.degradation import (
     STALE_SENSOR,
 )
 from aiinfra_pipelines.vehicle.degradation_settings import DegradationSettings
-from aiinfra_pipelines_tests.simulation.engines import brightness_onnx
+from aiinfra_pipelines_tests.support.simulation_engines import brightness_onnx
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,4 +1,4 @@
-"""Lane assignment along ego's route (fleet.sim_env): which lane a surrounding car is in."""
+"""Lane assignment along ego's route (fleet.sim_lanes): which lane a surrounding car is in."""
 
 from __future__ import annotations
 
@@ -10,15 +10,9 @@ from highway_env.road.lane import CircularLane, StraightLane
 
 from aiinfra_pipelines.fleet.camera import EgoCamera
 from aiinfra_pipelines.fleet.settings import fleet_config
-from aiinfra_pipelines.fleet.sim_env import (
-    GroundTruthReader,
-    isolated_behaviour_class,
-    lane_ahead,
-    make_env,
-    render_frame,
-    route_lane_offset,
-    route_lanes,
-)
+from aiinfra_pipelines.fleet.sim_env import isolated_behaviour_class, make_env, render_frame
+from aiinfra_pipelines.fleet.sim_ground_truth import GroundTruthReader
+from aiinfra_pipelines.fleet.sim_lanes import lane_ahead, route_lane_offset, route_lanes
 
 RADIUS = 9.0
 WIDTH = 4.0

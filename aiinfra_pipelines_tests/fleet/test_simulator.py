@@ -10,9 +10,9 @@ import pytest
 
 from aiinfra_pipelines.fleet.conditions import ROAD_TYPES, Conditions
 from aiinfra_pipelines.fleet.settings import FleetConfig, with_overrides
-from aiinfra_pipelines.fleet.sim_env import paint_plate
+from aiinfra_pipelines.fleet.sim_ground_truth import paint_plate
 from aiinfra_pipelines.fleet.simulator import drive_episode, drive_fleet
-from aiinfra_pipelines.fleet.triggers import load_trigger_config
+from aiinfra_pipelines.fleet.triggers import TriggerConfig
 from aiinfra_pipelines.fleet.vehicles import build_fleet
 from aiinfra_pipelines.logs.model import (
     METADATA_SCHEMA_VERSION,
@@ -52,7 +52,7 @@ def small_config() -> FleetConfig:
 
 @pytest.fixture(scope="module")
 def triggers():
-    return load_trigger_config()
+    return TriggerConfig.load()
 
 
 def assert_valid(log: DriveLog, config: FleetConfig) -> None:

@@ -13,7 +13,6 @@ from aiinfra_pipelines.fleet.triggers import (
     TriggerConfig,
     TriggerRule,
     evaluate_triggers,
-    load_trigger_config,
     select_segments,
 )
 from aiinfra_pipelines.logs.model import Frame, OtherVehicle, TriggerEvent
@@ -47,7 +46,7 @@ def frame(
 
 @pytest.fixture
 def config() -> TriggerConfig:
-    return load_trigger_config()
+    return TriggerConfig.load()
 
 
 def rules_fired(events: list[TriggerEvent]) -> list[str]:
@@ -72,7 +71,7 @@ def test_unknown_rule_is_an_error() -> None:
     raw = dict(load_resource_yaml("triggers.yaml"))
     raw["rules"] = {**raw["rules"], "hard_brak": {"pre_s": 1, "post_s": 1, "threshold": -1}}
     with pytest.raises(ValueError, match="hard_brak"):
-        load_trigger_config(raw)
+        TriggerConfig.load(raw)
 
 
 def test_quiet_drive_fires_nothing_and_uploads_nothing(config: TriggerConfig) -> None:

@@ -10,13 +10,19 @@ import dagster as dg
 
 from aiinfra_pipelines.config import resources_dir
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
+from aiinfra_pipelines.lake.publish import RUN_BRANCH_PREFIX
 from aiinfra_pipelines.logs.anonymize import find_pii_leaks
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.logs.writer import encode_drive_log
+from aiinfra_pipelines_tests.support.ingest_runs import (
+    land,
+    materialize_partition,
+    partition_of,
+    verdicts_of,
+)
 
 from . import reexecution_job
-from .helpers import land, materialize_partition, partition_of, verdicts_of
 
 
 def _with_nan_speed(log):

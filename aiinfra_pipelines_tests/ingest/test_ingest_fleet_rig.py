@@ -11,12 +11,16 @@ import pandas as pd
 import pytest
 
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.logs.validation import validate_drive_log
 from aiinfra_pipelines.logs.writer import encode_drive_log
-from aiinfra_pipelines_tests.fleet_rig import healthy_logs, skewed_logs
-
-from .helpers import land, materialize_partition, partition_of, verdicts_of
+from aiinfra_pipelines_tests.support.fleet_rig import healthy_logs, skewed_logs
+from aiinfra_pipelines_tests.support.ingest_runs import (
+    land,
+    materialize_partition,
+    partition_of,
+    verdicts_of,
+)
 
 pytestmark = pytest.mark.timeout(300)
 

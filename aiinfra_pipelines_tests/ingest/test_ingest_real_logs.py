@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.lake.publish import RUN_BRANCH_PREFIX
-from aiinfra_pipelines_tests.logs.foxglove_recording import write_foxglove_recording
-from aiinfra_pipelines_tests.logs.ros2_recording import write_ros2_recording
-
-from .helpers import land, materialize_partition, partition_of, verdicts_of
+from aiinfra_pipelines_tests.support.foxglove_recording import write_foxglove_recording
+from aiinfra_pipelines_tests.support.ingest_runs import (
+    land,
+    materialize_partition,
+    partition_of,
+    verdicts_of,
+)
+from aiinfra_pipelines_tests.support.ros2_recording import write_ros2_recording
 
 
 def test_ros2_and_foxglove_uploads_are_indexed_and_broken_logs_quarantined(

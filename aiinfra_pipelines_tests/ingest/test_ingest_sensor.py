@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dagster as dg
 
-from aiinfra_pipelines.ingest.assets import SOURCE_COMMIT_TAG
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
-from aiinfra_pipelines.sensors.ingest_sensor import LOG_COUNT_TAG, lakefs_ingest_sensor
-
-from .helpers import land
+from aiinfra_pipelines.runs import LOG_COUNT_TAG, SOURCE_COMMIT_TAG
+from aiinfra_pipelines.sensors.ingest_sensor import lakefs_ingest_sensor
+from aiinfra_pipelines_tests.support.ingest_runs import land
 
 
 def _tick(instance, lake, cursor=None) -> dg.SensorResult:

@@ -11,12 +11,13 @@ import textwrap
 import dagster as dg
 
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, RUN_BRANCH_PREFIX, run_branch_name
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
+from aiinfra_pipelines.lake.publish import RUN_BRANCH_PREFIX, run_branch_name
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.logs.writer import encode_drive_log
+from aiinfra_pipelines_tests.support.ingest_runs import land, partition_of
 
 from . import reexecution_job
-from .helpers import land, partition_of
 
 KILLED_RUN = textwrap.dedent(
     """

@@ -21,7 +21,7 @@ from aiinfra_pipelines.lake import (
     NotFoundError,
 )
 from aiinfra_pipelines.lake.retry import RetryPolicy, attempts_made, call_with_retries
-from aiinfra_pipelines_tests.lake.http_fakes import (
+from aiinfra_pipelines_tests.support.http_fakes import (
     FakeLakeFS,
     Reply,
     commit_json,
@@ -43,7 +43,10 @@ def _lake(url: str, **overrides) -> LakeFSLake:
         "retry_initial_backoff_s": 0.01,
         "retry_max_backoff_s": 0.05,
         "connect_timeout_s": 1.0,
-        "read_timeout_s": 0.4,
+        # Generous: the scripted server answers at once, so no request may time out on a busy
+        # runner and add a retry the exact counts below do not expect. Timeouts are provoked
+        # with stalled replies, which never answer.
+        "read_timeout_s": 30.0,
     }
     return LakeFSLake(**{**settings, **overrides})
 
@@ -135,15 +138,17 @@ def test_read_timeouts_are_retried_for_reads_but_not_for_commits(fake) -> None:
     fake.route(
         "GET",
         f"{REPO}/commits/main",
-        Reply(200, commit_json("slow"), delay_s=1.0),
+        Reply(200, commit_json("slow"), stall=True),
         then=Reply(200, commit_json("c1")),
     )
     fake.route(
         "POST",
         f"{REPO}/branches/main/commits",
-        then=Reply(201, commit_json("c9"), delay_s=1.0),
+        then=Reply(201, commit_json("c9"), stall=True),
     )
-    lake = _lake(fake.url)
+    # A stalled reply never comes, so the timeout fires however loaded the runner is; the
+    # answered retry has seconds to spare.
+    lake = _lake(fake.url, read_timeout_s=3.0)
     assert lake.resolve_ref("main") == "c1"
     assert fake.count("GET", f"{REPO}/commits/main") == 2
     with pytest.raises(LakeUnavailableError, match="ReadTimeoutError"):

@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from aiinfra_pipelines.lake import LakeError, LocalLake, VersionedLake
+from aiinfra_pipelines.lake import LakeError, LocalLake, VersionedLake, local_graph
 from aiinfra_pipelines.lake.local import DB_FILENAME, OBJECTS_DIRNAME
 from aiinfra_pipelines_tests.lake._workers import put_and_commit
 
@@ -222,7 +222,7 @@ def test_diff_against_ancestor_uses_deltas_and_is_correct(lake: LocalLake, monke
     def no_full_scan(*_args, **_kwargs):
         raise AssertionError("diff between first-parent relatives must not join full trees")
 
-    monkeypatch.setattr(LocalLake, "_diff_full", no_full_scan)
+    monkeypatch.setattr(local_graph, "diff_full", no_full_scan)
     for i in (0, 1, 17, 33, 48, 49):
         forward = lake.diff(commits[i], "main")
         assert [(e.key, e.type) for e in forward] == _expected_diff(trees[i], trees[-1])
@@ -254,7 +254,7 @@ def test_diff_through_merges_on_main_uses_first_parent_deltas(lake: LocalLake, m
         lake.commit(branch, f"upload {batch}")
         lake.merge(branch, "main")
 
-    monkeypatch.setattr(LocalLake, "_diff_full", lambda *a, **k: pytest.fail("full scan"))
+    monkeypatch.setattr(local_graph, "diff_full", lambda *a, **k: pytest.fail("full scan"))
     assert [(e.key, e.type) for e in lake.diff(seen, "main")] == [
         (f"raw/{b}.mcap", "added") for b in range(5)
     ]

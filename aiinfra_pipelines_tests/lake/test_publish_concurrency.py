@@ -22,10 +22,10 @@ import pytest
 from aiinfra_pipelines.lake.errors import NotFoundError
 from aiinfra_pipelines.lake.io_manager import LakeIOManager
 from aiinfra_pipelines.lake.keys import validate_branch_name
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import (
-    MAIN_BRANCH,
     RUN_BRANCH_PREFIX,
     ensure_run_branch,
     find_publish,

@@ -18,7 +18,7 @@ import pytest
 from aiinfra_pipelines.lake import LakeAuthError, LakeFSLake, LakeUnavailableError, NotFoundError
 from aiinfra_pipelines.lake.retry import RetryPolicy
 from aiinfra_pipelines.lake.s3_gateway import MIB, S3Gateway, TransferSettings
-from aiinfra_pipelines_tests.lake.http_fakes import (
+from aiinfra_pipelines_tests.support.http_fakes import (
     FakeLakeFS,
     FaultyProxy,
     Reply,

@@ -24,7 +24,7 @@ from aiinfra_pipelines.logs.rig import Intrinsics
 from aiinfra_pipelines.logs.sources.decode import MessageDecoder
 from aiinfra_pipelines.logs.validation import validate_drive_log
 from aiinfra_pipelines.logs.writer import SENSOR_METADATA_NAME, encode_drive_log
-from aiinfra_pipelines_tests.fleet_rig import healthy_logs, rig_drive, skewed_logs
+from aiinfra_pipelines_tests.support.fleet_rig import healthy_logs, rig_drive, skewed_logs
 
 pytestmark = pytest.mark.timeout(120)
 

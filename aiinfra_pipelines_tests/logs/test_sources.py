@@ -14,8 +14,7 @@ from aiinfra_pipelines.logs.sources import load_profiles, match_profile
 from aiinfra_pipelines.logs.sources.profiles import parse_profile
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.logs.validation import validate_drive_log
-
-from .ros2_recording import HEIGHT, WIDTH, write_ros2_recording
+from aiinfra_pipelines_tests.support.ros2_recording import HEIGHT, WIDTH, write_ros2_recording
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +152,7 @@ def test_a_drifting_lidar_clock_is_refused_with_the_measured_drift() -> None:
 
 
 def test_a_foxglove_log_is_accepted_with_its_sensors() -> None:
-    from .foxglove_recording import write_foxglove_recording
+    from aiinfra_pipelines_tests.support.foxglove_recording import write_foxglove_recording
 
     report = validate_drive_log(write_foxglove_recording())
     assert report.accepted, report.reasons

@@ -20,7 +20,9 @@ from aiinfra_pipelines.logs.model import (
     DriveLog,
 )
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
-from aiinfra_pipelines.logs.validation import ValidationReport, resolve_rules, validate_drive_log
+from aiinfra_pipelines.logs.validation import validate_drive_log
+from aiinfra_pipelines.logs.validation_report import ValidationReport
+from aiinfra_pipelines.logs.validation_rules import resolve_rules
 from aiinfra_pipelines.logs.writer import encode_drive_log
 
 

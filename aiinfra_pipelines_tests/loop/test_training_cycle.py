@@ -19,12 +19,19 @@ from aiinfra_pipelines.config import resources_dir
 from aiinfra_pipelines.datasets.assets import BENCHMARK_MANIFEST, TRAINING_LATEST
 from aiinfra_pipelines.datasets.benchmark import benchmark_log_ids
 from aiinfra_pipelines.fleet.simulator import drive_fleet
-from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH, PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
-from aiinfra_pipelines_tests.config_copies import WITHOUT_FIRST_RELEASE_FLOORS, resources_with
-
-from .helpers import all_assets_and_checks, ingest_and_mine, loop_resources, run_training_cycle
+from aiinfra_pipelines.lake.publish import publish_objects
+from aiinfra_pipelines_tests.support.config_copies import (
+    WITHOUT_FIRST_RELEASE_FLOORS,
+    resources_with,
+)
+from aiinfra_pipelines_tests.support.loop_runs import (
+    all_assets_and_checks,
+    ingest_and_mine,
+    loop_resources,
+    run_training_cycle,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from aiinfra_pipelines.mining.settings import mining_config
+from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.mining.settings import MINING_CONFIG_FILE
 from aiinfra_pipelines.perception.contract import PerceptionSpec, perception_spec
 from aiinfra_pipelines.perception.engine import Predictions
 
@@ -22,13 +23,13 @@ def spec() -> PerceptionSpec:
 @pytest.fixture
 def config() -> dict[str, Any]:
     """A private copy of mining.yaml that a test may edit."""
-    return copy.deepcopy(mining_config())
+    return copy.deepcopy(load_resource_yaml(MINING_CONFIG_FILE))
 
 
 @pytest.fixture(scope="module")
 def fleet() -> pd.DataFrame:
     """Two highway-env vehicles, one episode: 5 logs, 109 real frames (cached per process)."""
-    from aiinfra_pipelines_tests.fleet_data import fleet_frames
+    from aiinfra_pipelines_tests.support.fleet_data import fleet_frames
 
     return fleet_frames(2, 1, 0)
 

@@ -6,8 +6,8 @@ import dagster as dg
 
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
-from aiinfra_pipelines_tests.camera import CAMERA_SIZE
-from aiinfra_pipelines_tests.loop.helpers import (
+from aiinfra_pipelines_tests.support.camera import CAMERA_SIZE
+from aiinfra_pipelines_tests.support.loop_runs import (
     all_assets_and_checks,
     ingest_and_mine,
     loop_resources,

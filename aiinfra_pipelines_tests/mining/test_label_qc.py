@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ from aiinfra_pipelines.mining.label_qc import (
     label_agreement,
     qc_summary,
 )
+from aiinfra_pipelines.mining.settings import LabelQcSettings
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
 
@@ -83,20 +85,20 @@ def test_frames_below_threshold_are_held_back_and_listed(fleet, spec, config):
 
 def test_independent_labeller_agrees_with_teacher_on_most_fleet_frames(fleet, spec, config):
     teacher = ground_truth_labels(fleet, spec)
-    qc = config["label_qc"]
-    independent = geometric_labels(fleet, spec, qc["lane_width_m"], qc["flow_alignment"])
+    qc = LabelQcSettings.load(config)
+    independent = geometric_labels(fleet, spec, qc.lane_width_m, qc.flow_alignment)
     agreement = agreement_scores(teacher[0], independent[0])
-    raw = geometric_labels(fleet, spec, qc["lane_width_m"], None)
+    raw = geometric_labels(fleet, spec, qc.lane_width_m, None)
     raw_agreement = agreement_scores(teacher[0], raw[0])
     print(
         f"\ngeometric labeller vs teacher on {len(fleet)} fleet frames: mean cell agreement "
         f"{agreement.mean():.4f} (without flow alignment {raw_agreement.mean():.4f}), "
         f"frames in full agreement {np.mean(agreement == 1.0):.3f}, "
-        f"below threshold {np.mean(agreement < qc['agreement_threshold']):.3f}"
+        f"below threshold {np.mean(agreement < qc.agreement_threshold):.3f}"
     )
     assert agreement.mean() > 0.98
     assert np.mean(agreement == 1.0) > 0.9
-    assert np.mean(agreement < qc["agreement_threshold"]) < 0.05
+    assert np.mean(agreement < qc.agreement_threshold) < 0.05
     assert agreement.mean() > raw_agreement.mean()  # flow alignment fixes lane-change frames
 
     result = label_agreement(fleet, spec, config)  # the production configuration
@@ -134,9 +136,9 @@ def test_flow_alignment_keeps_lane_assignment_when_ego_is_yawed(spec, config):
         vx, vy = road_to_ego @ np.array([20.0, 0.0]) - np.array([20.0, 0.0])
         others.append({"vehicle_id": vehicle_id, "x": x, "y": y, "vx": vx, "vy": vy})
     frame = _frame(others)
-    qc = config["label_qc"]
-    aligned, aligned_gap = geometric_labels(frame, spec, qc["lane_width_m"], qc["flow_alignment"])
-    raw, _ = geometric_labels(frame, spec, qc["lane_width_m"], None)
+    qc = LabelQcSettings.load(config)
+    aligned, aligned_gap = geometric_labels(frame, spec, qc.lane_width_m, qc.flow_alignment)
+    raw, _ = geometric_labels(frame, spec, qc.lane_width_m, None)
     bin_40m = int(np.searchsorted(spec.bin_edges_m, 40.0, side="right")) - 1
     assert aligned[0, 1, bin_40m] == 1.0  # ego lane
     assert raw[0, 2, bin_40m] == 1.0 and raw[0, 1, bin_40m] == 0.0  # misread as right lane
@@ -144,7 +146,7 @@ def test_flow_alignment_keeps_lane_assignment_when_ego_is_yawed(spec, config):
 
 
 def test_human_check_sample_is_seeded_per_frame_not_per_batch(fleet, spec, config):
-    qc = dict(config["label_qc"], human_check_fraction=0.3, human_flip_probability=0.3)
+    qc = replace(LabelQcSettings.load(config), human_check_fraction=0.3, human_flip_probability=0.3)
     occupancy = ground_truth_labels(fleet, spec)[0]
     checked, reviewed = human_check(fleet, occupancy, qc)
     assert 0 < checked.sum() < len(fleet)
@@ -154,7 +156,7 @@ def test_human_check_sample_is_seeded_per_frame_not_per_batch(fleet, spec, confi
     tail_checked, tail_reviewed = human_check(tail, occupancy[-40:], qc)
     assert (tail_checked == checked[-40:]).all()
     assert (tail_reviewed == reviewed[-40:]).all()
-    other_seed, _ = human_check(fleet, occupancy, dict(qc, seed=qc["seed"] + 1))
+    other_seed, _ = human_check(fleet, occupancy, replace(qc, seed=qc.seed + 1))
     assert (other_seed != checked).any()
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import time
+from pathlib import Path
 
 import dagster as dg
 import pandas as pd
 import pytest
 
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.operations.assets import compute_cost_ledger
 from aiinfra_pipelines.operations.cost_ledger import (
     BY_GROUP_KEY,
@@ -22,7 +24,7 @@ from aiinfra_pipelines.operations.cost_ledger import (
     loop_asset_groups,
     step_costs,
 )
-from aiinfra_pipelines_tests.operations.lake_state import materialized
+from aiinfra_pipelines_tests.support.operations_lake import materialized
 
 regions = dg.StaticPartitionsDefinition(["north", "south"])
 
@@ -56,14 +58,31 @@ GROUPS = asset_groups([dg.Definitions(assets=TOY)])
 
 
 @pytest.fixture(scope="module")
-def history(tmp_path_factory):
-    """A real instance with four finished runs: two assets, two partitions, one failure."""
-    with dg.instance_for_test(temp_dir=str(tmp_path_factory.mktemp("ledger"))) as instance:
+def history_dir(tmp_path_factory) -> Path:
+    """A real instance's storage with four finished runs: two assets, two partitions, one
+    failure. Built once; tests read it (``history``) or add runs to a copy (``own_history``)."""
+    folder = tmp_path_factory.mktemp("ledger")
+    with dg.instance_for_test(temp_dir=str(folder)) as instance:
         dg.materialize([raw_table, fitted], instance=instance)
         for region in ("north", "south"):
             dg.materialize([per_region], instance=instance, partition_key=region)
         failed = dg.materialize([broken], instance=instance, raise_on_error=False)
         assert not failed.success
+    return folder
+
+
+@pytest.fixture(scope="module")
+def history(history_dir):
+    """The four runs, for tests that only read them."""
+    with dg.instance_for_test(temp_dir=str(history_dir)) as instance:
+        yield instance
+
+
+@pytest.fixture
+def own_history(history_dir, tmp_path):
+    """This test's copy of the four runs: the runs it adds no other test sees (any order)."""
+    shutil.copytree(history_dir, tmp_path / "ledger")
+    with dg.instance_for_test(temp_dir=str(tmp_path / "ledger")) as instance:
         yield instance
 
 
@@ -96,7 +115,8 @@ def test_the_ledger_sums_cpu_and_gpu_seconds_by_group(history):
     assert ledger_by_group(costs.iloc[:0]).empty
 
 
-def test_the_ledger_asset_publishes_the_table_and_names_loop_groups(history, local_lake):
+def test_the_ledger_asset_publishes_the_table_and_names_loop_groups(own_history, local_lake):
+    history = own_history
     resources = {"lake": local_lake}
     finished = len(history.get_runs())
     first = dg.materialize([compute_cost_ledger], instance=history, resources=resources)

@@ -13,8 +13,8 @@ from aiinfra_pipelines.datasets.selection import REFERENCE_COLUMNS, TRAINING_LAT
 from aiinfra_pipelines.fleet.degradation import degrade
 from aiinfra_pipelines.ingest.views import scene_index_view
 from aiinfra_pipelines.lake.io_manager import parquet_bytes
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.operations.assets import drift_monitor, fleet_telemetry, telemetry_batches
 from aiinfra_pipelines.operations.drift import (
     DriftSettings,
@@ -25,7 +25,7 @@ from aiinfra_pipelines.operations.drift import (
 )
 from aiinfra_pipelines.operations.landing import land_telemetry
 from aiinfra_pipelines.perception.deployed import load_deployed_engine
-from aiinfra_pipelines_tests.operations.lake_state import (
+from aiinfra_pipelines_tests.support.operations_lake import (
     as_bytes,
     fleet_vins,
     materialized,

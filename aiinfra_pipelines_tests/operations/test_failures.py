@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.operations.definitions import defs as operations_defs
 from aiinfra_pipelines.operations.failures import LOOP_FAILURES, failure_record_key
 from aiinfra_pipelines.sensors.failure_sensor import loop_failure_sensor

@@ -9,8 +9,8 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from aiinfra_pipelines.fleet.closed_loop import EpisodeMetrics
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.fleet.episode_metrics import EpisodeMetrics
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.operations.assets import (
     fleet_telemetry,
     telemetry_batches,
@@ -26,14 +26,14 @@ from aiinfra_pipelines.operations.telemetry import (
     telemetry_summary,
     validate_uploads,
 )
-from aiinfra_pipelines.release.rollout import (
+from aiinfra_pipelines.release.rollout_telemetry import (
     latest_telemetry_commit,
     telemetry_publishes,
     telemetry_since,
 )
 from aiinfra_pipelines.release.shadow import shadow_agreement
 from aiinfra_pipelines.sensors.rollout_sensor import telemetry_sensor
-from aiinfra_pipelines_tests.operations.lake_state import (
+from aiinfra_pipelines_tests.support.operations_lake import (
     ANON_KEY,
     ANON_KEY_HEX,
     fleet_vins,

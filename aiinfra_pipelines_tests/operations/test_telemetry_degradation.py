@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from aiinfra_pipelines.fleet.closed_loop import EpisodeMetrics
+from aiinfra_pipelines.fleet.episode_metrics import EpisodeMetrics
 from aiinfra_pipelines.operations.telemetry import (
     DEGRADATION_DEFAULTS,
     TelemetrySettings,
@@ -14,7 +14,7 @@ from aiinfra_pipelines.operations.telemetry import (
     record_from_episode,
     validate_uploads,
 )
-from aiinfra_pipelines_tests.operations.lake_state import ANON_KEY, fleet_vins, telemetry_records
+from aiinfra_pipelines_tests.support.operations_lake import ANON_KEY, fleet_vins, telemetry_records
 
 SETTINGS = TelemetrySettings.load()
 SHA = "b" * 64

@@ -12,7 +12,7 @@ import pytest
 
 from aiinfra_pipelines.ingest.resources import AnonymizationKey
 from aiinfra_pipelines.lake.io_manager import LakeIOManager
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.operations.assets import (
     fleet_telemetry,
     telemetry_batches,
@@ -23,8 +23,8 @@ from aiinfra_pipelines.operations.outbox_telemetry import OUTBOX_DEFAULTS, outbo
 from aiinfra_pipelines.operations.telemetry import TelemetrySettings, check_record
 from aiinfra_pipelines.vehicle.outbox import Outbox
 from aiinfra_pipelines.vehicle.outbox_settings import OutboxSettings
-from aiinfra_pipelines_tests.operations.lake_state import ANON_KEY_HEX, fleet_vins
-from aiinfra_pipelines_tests.operations.lake_state import telemetry_records as records_for
+from aiinfra_pipelines_tests.support.operations_lake import ANON_KEY_HEX, fleet_vins
+from aiinfra_pipelines_tests.support.operations_lake import telemetry_records as records_for
 
 SHA = "c" * 64
 SETTINGS = TelemetrySettings.load()

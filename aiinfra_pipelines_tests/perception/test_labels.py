@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from aiinfra_pipelines.fleet.camera import EgoCamera
-from aiinfra_pipelines.fleet.settings import fleet_config
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
@@ -30,7 +29,7 @@ def _car(x: float, y: float, lane_offset: int) -> dict:
 
 def test_a_lead_on_the_far_side_of_a_ring_is_not_labelled() -> None:
     """Same ring (lane offset 0) but 30 m to the side: out of the image, so no lead."""
-    camera = EgoCamera.from_config(fleet_config()["camera"])
+    camera = EgoCamera.load()
     assert not camera.sees(18.0, 30.0) and camera.sees(18.0, 1.0)
     spec = perception_spec()
     occupancy, lead_gap = ground_truth_labels(_frame(_car(18.0, 30.0, 0)), spec)

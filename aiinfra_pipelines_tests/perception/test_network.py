@@ -8,7 +8,6 @@ import torch
 
 from aiinfra_pipelines.deployment.export import export_checked_onnx
 from aiinfra_pipelines.fleet.camera import EgoCamera
-from aiinfra_pipelines.fleet.settings import fleet_config
 from aiinfra_pipelines.perception.contract import PerceptionSpec, perception_spec
 from aiinfra_pipelines.perception.network import (
     PerceptionNet,
@@ -18,7 +17,7 @@ from aiinfra_pipelines.perception.network import (
     feature_map_size,
 )
 from aiinfra_pipelines.training.module import PerceptionModule, _grid_geometry
-from aiinfra_pipelines.training.train import load_training_config
+from aiinfra_pipelines.training.settings import load_training_config
 
 SPEC = PerceptionSpec(64, 160, (-10.0, 0.0, 10.0, 20.0, 35.0, 50.0, 75.0), 75.0)
 
@@ -34,7 +33,7 @@ def test_each_distance_bin_maps_to_the_feature_columns_under_it() -> None:
 
 
 def test_the_shipped_camera_gives_the_same_geometry_the_head_is_built_with() -> None:
-    camera = EgoCamera.from_config(fleet_config()["camera"])
+    camera = EgoCamera.load()
     stages = int(load_training_config()["model"]["stages"])
     geometry = _grid_geometry(perception_spec(), "dense+grid", stages)
     # The grid head reads the map one stage before the last: 2 ** (stages - 1) px per column.

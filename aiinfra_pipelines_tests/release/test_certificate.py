@@ -8,6 +8,7 @@ import dagster as dg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from aiinfra_pipelines.lake.layout import candidate_certificate_key
 from aiinfra_pipelines.release.assets_certification import (
     CertificationConfig,
     certificate_valid,
@@ -16,15 +17,14 @@ from aiinfra_pipelines.release.assets_certification import (
 from aiinfra_pipelines.release.certificate import (
     CertificateError,
     CertificationRefused,
-    certificate_key,
     certify_candidate,
-    collect_evidence,
     verify_certificate,
 )
+from aiinfra_pipelines.release.certificate_evidence import collect_evidence
 from aiinfra_pipelines.release.keys import ReleaseKeys
 from aiinfra_pipelines.release.registry import CANDIDATE_ALIAS, ModelRegistry
 from aiinfra_pipelines.training.resources import MlflowTracking
-from aiinfra_pipelines_tests.release.test_certificate_support import (
+from aiinfra_pipelines_tests.support.release_lake import (
     ALL_GATES,
     mlflow_uri,
     publish_candidate,
@@ -91,7 +91,7 @@ def test_all_pass_candidate_is_certified_signed_and_tagged(
     assert body["onnx"]["sha256"] == manifest["onnx"]["sha256"]
     assert set(body["reports"]) == set(ALL_GATES)
     assert all(entry["passed"] for entry in body["reports"].values())
-    stored = local_lake.get_object("main", certificate_key("1"))
+    stored = local_lake.get_object("main", candidate_certificate_key("1"))
     assert body["certificate_sha256"] == sha(stored)
 
     registry = ModelRegistry(tracking_uri)
@@ -131,7 +131,7 @@ def test_failed_regression_report_is_refused_naming_it(
     description = failure_description(result)
     assert "model version 2 refused: 1 gate(s) failed (regression_simulation)" in description
     assert "badcase-0007 collided" in description
-    assert not local_lake.object_exists("main", certificate_key("2"))
+    assert not local_lake.object_exists("main", candidate_certificate_key("2"))
     tags = ModelRegistry(tracking_uri).version_tags("2")
     assert tags["certification"] == "refused"
     assert tags["certification_failed_gates"] == "regression_simulation"
@@ -160,7 +160,7 @@ def test_every_failed_gate_is_named_in_one_refusal(local_lake, release_keys):
     assert "engine_parity: report is for model version '2', not '3'" in message
     assert "engine_benchmark: reported passed=false" in message
     assert "regression_simulation: reported passed=false" in message
-    assert not local_lake.object_exists("main", certificate_key("3"))
+    assert not local_lake.object_exists("main", candidate_certificate_key("3"))
 
 
 def test_report_changed_after_publication_and_swapped_engine_are_refused(local_lake):
@@ -206,15 +206,15 @@ def test_tampered_certificate_breaks_the_signature_check(local_lake, release_key
     publish_candidate(local_lake, "6", seed=6, failing=[])
     certify_candidate(local_lake, "6", release_keys.certificate_signer(), root_run_id="cert-6")
     public_key = release_keys.certificate_public_key()
-    document = json.loads(local_lake.get_object("main", certificate_key("6")))
+    document = json.loads(local_lake.get_object("main", candidate_certificate_key("6")))
 
     forged = json.loads(json.dumps(document))
     forged["certificate"]["dataset_commit"] = "some-other-commit"
-    tamper(local_lake, certificate_key("6"), json.dumps(forged).encode())
+    tamper(local_lake, candidate_certificate_key("6"), json.dumps(forged).encode())
     with pytest.raises(CertificateError, match="bad signature"):
         verify_certificate(local_lake, "6", public_key)
 
-    tamper(local_lake, certificate_key("6"), json.dumps(document).encode())
+    tamper(local_lake, candidate_certificate_key("6"), json.dumps(document).encode())
     assert verify_certificate(local_lake, "6", public_key)["model_version"] == "6"
     stranger = Ed25519PrivateKey.generate().public_key()
     with pytest.raises(CertificateError, match="signed by unknown key"):

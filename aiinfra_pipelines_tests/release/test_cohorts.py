@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -15,6 +16,7 @@ from aiinfra_pipelines.release.cohorts import (
     runs_candidate,
     select_cohort,
 )
+from aiinfra_pipelines.release.rollout_state import RolloutState
 
 VINS = [vehicle.vin for vehicle in build_fleet(2000)]
 STAGES = (1.0, 10.0, 50.0, 100.0)
@@ -64,11 +66,21 @@ def test_positions_are_uniform_enough():
 
 
 def test_only_live_rollouts_put_vehicles_on_the_candidate():
-    state = {"status": "in_progress", "cohort_percent": 50.0, "cohort_salt": "s"}
+    state = RolloutState(
+        model_version="2",
+        engine_sha256="c" * 64,
+        engine_key="candidates/2/int8.onnx",
+        model_uri="",
+        cohort_salt="s",
+        production_engine_sha256="b" * 64,
+        status="in_progress",
+        cohort_percent=50.0,
+    )
     on_candidate = {vin for vin in VINS[:200] if runs_candidate(state, vin)}
     assert on_candidate == select_cohort(VINS[:200], 50.0, "s")
     for status in ("shadow", "completed", "rolled_back"):
-        assert not any(runs_candidate({**state, "status": status}, vin) for vin in VINS[:200])
+        live = replace(state, status=status)
+        assert not any(runs_candidate(live, vin) for vin in VINS[:200])
     assert not runs_candidate(None, VINS[0])
 
 

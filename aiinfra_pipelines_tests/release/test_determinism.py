@@ -11,6 +11,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from aiinfra_pipelines.deployment.backends import BACKENDS, EngineBackend, register_backend
+from aiinfra_pipelines.lake.layout import candidate_certificate_key
 from aiinfra_pipelines.perception.contract import (
     PerceptionSpec,
     images_to_input,
@@ -23,18 +24,17 @@ from aiinfra_pipelines.perception.engine import (
 )
 from aiinfra_pipelines.release.certificate import (
     CertificationRefused,
-    certificate_key,
     certify_candidate,
-    collect_evidence,
     verify_certificate,
 )
+from aiinfra_pipelines.release.certificate_evidence import collect_evidence
 from aiinfra_pipelines.release.determinism import (
     DeterminismSettings,
     check_engine,
     check_frames,
     outputs_sha256,
 )
-from aiinfra_pipelines_tests.release.test_certificate_support import (
+from aiinfra_pipelines_tests.support.release_lake import (
     SHIP_TARGET,
     onnx_pair,
     publish_candidate,
@@ -129,7 +129,7 @@ def test_certification_records_the_check_and_refuses_a_nondeterministic_engine(
         )
     assert refused.value.failed_gates == ["determinism"]
     assert "determinism: not deterministic" in str(refused.value)
-    assert not local_lake.object_exists("main", certificate_key("7"))
+    assert not local_lake.object_exists("main", candidate_certificate_key("7"))
 
     outcome = certify_candidate(local_lake, "7", signer, root_run_id="certify-7b")
     recorded = outcome.certificate["determinism"]

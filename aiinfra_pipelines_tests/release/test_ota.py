@@ -18,16 +18,16 @@ from aiinfra_pipelines.release.certificate import certify_candidate
 from aiinfra_pipelines.release.cohorts import in_cohort
 from aiinfra_pipelines.release.keys import ReleaseKeys, private_key_pem
 from aiinfra_pipelines.release.ota import (
+    TufSettings,
     metadata_key,
     plan_offers,
-    publish_ota_repository,
     root_metadata,
     stored_target_key,
     target_path,
-    tuf_settings,
 )
 from aiinfra_pipelines.release.ota_client import VehicleUpdater
-from aiinfra_pipelines_tests.release.test_certificate_support import (
+from aiinfra_pipelines.release.ota_signing import publish_ota_repository
+from aiinfra_pipelines_tests.support.release_lake import (
     SHIP_TARGET,
     onnx_pair,
     publish_candidate,
@@ -164,7 +164,7 @@ def test_stale_timestamp_is_rejected_until_a_fresh_one_is_signed(
     set_production(local_lake, manifest)
     offers = plan_offers(local_lake, release_keys.certificate_public_key())
     two_days_ago = datetime.now(UTC) - timedelta(days=2)  # timestamp expiry is 1 day
-    assert tuf_settings().expiry["timestamp"] < timedelta(days=2)
+    assert TufSettings.load().expiry["timestamp"] < timedelta(days=2)
     publish_ota_repository(
         local_lake, release_keys, offers, root_run_id="ota-old", now=two_days_ago
     )
@@ -250,7 +250,7 @@ def test_rotated_targets_keys_and_threshold_two_are_followed_by_vehicles(
 
     new_targets = b"".join(private_key_pem(Ed25519PrivateKey.generate()) for _ in range(2))
     rotated = release_keys.model_copy(update={"tuf_targets_key": new_targets.decode()})
-    base = tuf_settings()
+    base = TufSettings.load()
     settings = base.__class__(
         thresholds={**base.thresholds, "targets": 2},
         expiry=base.expiry,

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
-from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.release.certificate import manifest_key
-from aiinfra_pipelines.release.reference import reference_release
-from aiinfra_pipelines.release.rollout import (
+from aiinfra_pipelines.lake.layout import (
     CURRENT_ROLLOUT_KEY,
-    IN_PROGRESS,
-    ROLLED_BACK,
-    new_rollout_state,
-    publish_changes,
+    PRODUCTION_POINTER_KEY,
+    candidate_manifest_key,
     rollout_state_key,
 )
+from aiinfra_pipelines.lake.local import LocalLake
+from aiinfra_pipelines.lake.publish import publish_with_run_branch
+from aiinfra_pipelines.release.reference import reference_release
+from aiinfra_pipelines.release.rollout import new_rollout_state
+from aiinfra_pipelines.release.rollout_state import IN_PROGRESS, ROLLED_BACK
 
 PRODUCTION = {
     "version": "1",
@@ -48,16 +48,15 @@ def _rollout(lake: LocalLake, version: str, status: str) -> None:
         shadow={"passed": True},
         at="2026-12-03T00:00:00+00:00",
     )
-    state["status"] = status
-    publish_changes(
+    state = replace(state, status=status)
+    publish_with_run_branch(
         lake,
         f"run-{version}-{status}",
         {
-            manifest_key(version): _bytes(manifest),
-            rollout_state_key(version): _bytes(state),
+            candidate_manifest_key(version): _bytes(manifest),
+            rollout_state_key(version): _bytes(state.to_json()),
             CURRENT_ROLLOUT_KEY: _bytes({"model_version": version}),
         },
-        [],
         f"rollout {version} {status}",
         {},
     )
@@ -75,13 +74,13 @@ def test_no_release_yet_means_no_reference(lake: LocalLake) -> None:
 
 
 def test_production_is_the_reference_when_nothing_rolls_out(lake: LocalLake) -> None:
-    publish_changes(lake, "run-p", {PRODUCTION_POINTER_KEY: _bytes(PRODUCTION)}, [], "p", {})
+    publish_with_run_branch(lake, "run-p", {PRODUCTION_POINTER_KEY: _bytes(PRODUCTION)}, "p", {})
     reference = reference_release(lake)
     assert reference["version"] == "1" and reference["source"] == "production"
 
 
 def test_the_release_rolling_out_is_the_reference_but_never_its_own(lake: LocalLake) -> None:
-    publish_changes(lake, "run-p", {PRODUCTION_POINTER_KEY: _bytes(PRODUCTION)}, [], "p", {})
+    publish_with_run_branch(lake, "run-p", {PRODUCTION_POINTER_KEY: _bytes(PRODUCTION)}, "p", {})
     _rollout(lake, "2", IN_PROGRESS)
     reference = reference_release(lake)
     assert reference["version"] == "2" and reference["source"] == "rollout"

@@ -13,7 +13,7 @@ from aiinfra_pipelines.release.registry import (
     record_refusal,
     registered_model_name,
 )
-from aiinfra_pipelines_tests.release.test_certificate_support import mlflow_uri, register_versions
+from aiinfra_pipelines_tests.support.release_lake import mlflow_uri, register_versions
 
 
 @pytest.fixture(scope="module")

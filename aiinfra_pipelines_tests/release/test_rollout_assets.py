@@ -18,16 +18,15 @@ import yaml
 from aiinfra_pipelines.config import resources_dir
 from aiinfra_pipelines.fleet.simulator import drive_fleet
 from aiinfra_pipelines.fleet.vehicles import build_fleet
-from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
+from aiinfra_pipelines.lake.layout import CURRENT_ROLLOUT_KEY, MAIN_BRANCH, PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.operations.telemetry import record_from_episode
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.deployed import load_deployed_engine
 from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
 from aiinfra_pipelines.release.assets_rollout import rollout, shadow_report
 from aiinfra_pipelines.release.cohorts import runs_candidate
-from aiinfra_pipelines.release.rollout import CURRENT_ROLLOUT_KEY, read_state
-from aiinfra_pipelines_tests.operations.lake_state import (
+from aiinfra_pipelines.release.rollout_store import read_state
+from aiinfra_pipelines_tests.support.operations_lake import (
     build_release_world,
     cautious_engine_bytes,
     fleet_vins,
@@ -118,8 +117,8 @@ def test_a_good_candidate_widens_stage_by_stage_and_goes_full_only_with_approval
     assert registry.get_alias("production") == "2" and registry.get_alias("candidate") is None
     assert registry.version("2").tags["rollout_approved_by"] == "Grace Hopper"
     state = read_state(lake, "2")
-    assert state["approval"]["approver"] == "Grace Hopper"
-    assert [e["event"] for e in state["history"]] == [
+    assert state.approval.approver == "Grace Hopper"
+    assert [e["event"] for e in state.history] == [
         "shadow",
         "stage_started",
         "stage_started",
@@ -154,7 +153,7 @@ def test_approval_before_the_rollout_asks_for_it_fails_clearly(world):
     assert not result.success
     error = result.get_step_failure_events()[0].step_failure_data.error.cause
     assert "only accepted while awaiting_approval" in error.message
-    assert read_state(world["lake"], "2")["approval"] is None
+    assert read_state(world["lake"], "2").approval is None
 
 
 def test_a_bad_candidate_at_canary_is_rolled_back_by_its_telemetry(world):
@@ -176,7 +175,7 @@ def test_a_bad_candidate_at_canary_is_rolled_back_by_its_telemetry(world):
     assert registry.get_alias("production") == "1" and registry.get_alias("candidate") is None
     assert registry.version("2").tags["rollout_status"] == "rolled_back"
     state = read_state(lake, "2")
-    assert state["history"][-1]["restored_production"] == "1"
+    assert state.history[-1]["restored_production"] == "1"
     assert not any(runs_candidate(state, vin) for vin in VINS)
     assert step(instance, resources)["action"] == "none"  # stays rolled back
 

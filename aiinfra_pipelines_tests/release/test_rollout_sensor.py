@@ -12,9 +12,10 @@ from dagster._core.storage.dagster_run import DagsterRun
 
 from aiinfra_pipelines.release.assets_ota import ota_release
 from aiinfra_pipelines.release.assets_rollout import rollout, shadow_report
-from aiinfra_pipelines.release.rollout import read_state
-from aiinfra_pipelines.sensors.rollout_sensor import RELEASE_STEP_TAG, rollout_sensor
-from aiinfra_pipelines_tests.operations.lake_state import (
+from aiinfra_pipelines.release.rollout_store import read_state
+from aiinfra_pipelines.runs import RELEASE_STEP_TAG
+from aiinfra_pipelines.sensors.rollout_sensor import rollout_sensor
+from aiinfra_pipelines_tests.support.operations_lake import (
     build_release_world,
     cautious_engine_bytes,
     constant_engine_bytes,
@@ -72,7 +73,7 @@ def test_the_loop_from_certificate_to_stages_requests_each_step_once(world):
     # The decision and the OTA repository it implies are one run.
     assert start.asset_selection == [dg.AssetKey("rollout"), dg.AssetKey("ota_release")]
     started = execute(instance, resources, start)
-    assert read_state(lake, "2")["stage"] == "canary"
+    assert read_state(lake, "2").stage == "canary"
     (ota,) = [
         e for e in started.get_asset_materialization_events() if e.asset_key.path == ["ota_release"]
     ]
@@ -90,7 +91,7 @@ def test_the_loop_from_certificate_to_stages_requests_each_step_once(world):
     (judge,) = fresh.run_requests
     assert judge.run_key == f"rollout-2-canary-{published['main_commit']}"
     execute(instance, resources, judge)
-    assert read_state(lake, "2")["stage"] == "early"
+    assert read_state(lake, "2").stage == "early"
     again = tick(instance, lake, fresh.cursor)
     assert isinstance(again, dg.SkipReason)
     assert isinstance(tick(instance, lake), dg.SkipReason)  # decided telemetry: nothing to do
@@ -101,7 +102,7 @@ def test_a_newer_candidate_shadows_at_once_but_waits_for_the_active_rollout(worl
     for _ in range(2):  # shadow v2, start its canary
         (request,) = tick(instance, lake).run_requests
         execute(instance, resources, request)
-    assert read_state(lake, "2")["status"] == "in_progress"
+    assert read_state(lake, "2").status == "in_progress"
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=world["uri"], registry_uri=world["uri"])
@@ -112,9 +113,9 @@ def test_a_newer_candidate_shadows_at_once_but_waits_for_the_active_rollout(worl
     (shadow,) = tick(instance, lake).run_requests
     assert shadow.run_key == "shadow-3"
     execute(instance, resources, shadow)
-    assert read_state(lake, "3")["status"] == "shadow" and read_state(lake, "3")["shadow"]["passed"]
+    assert read_state(lake, "3").status == "shadow" and read_state(lake, "3").shadow["passed"]
     assert isinstance(tick(instance, lake), dg.SkipReason)  # v2 is still active
-    assert read_state(lake, "2")["status"] == "in_progress"
+    assert read_state(lake, "2").status == "in_progress"
 
 
 def test_a_newer_candidate_gated_against_the_active_rollout_takes_the_fleet_over(world):
@@ -136,8 +137,8 @@ def test_a_newer_candidate_gated_against_the_active_rollout_takes_the_fleet_over
     assert takeover.run_config == {"ops": {"rollout": {"config": {"model_version": "3"}}}}
     done = execute(instance, resources, takeover)
     v2, v3 = read_state(lake, "2"), read_state(lake, "3")
-    assert (v2["status"], v2["cohort_percent"], v2["superseded_by"]) == ("superseded", 0, "3")
-    assert (v3["status"], v3["stage"], v3["supersedes"]) == ("in_progress", "canary", "2")
+    assert (v2.status, v2.cohort_percent, v2.superseded_by) == ("superseded", 0, "3")
+    assert (v3.status, v3.stage, v3.supersedes) == ("in_progress", "canary", "2")
     assert lake.get_json("main", "release/rollout/current.json") == {"model_version": "3"}
     (ota,) = [
         e for e in done.get_asset_materialization_events() if e.asset_key.path == ["ota_release"]
@@ -157,8 +158,8 @@ def test_a_newer_candidate_gated_against_the_active_rollout_takes_the_fleet_over
     (judge,) = tick(instance, lake, first.cursor).run_requests
     assert judge.run_key == f"rollout-3-canary-{published['main_commit']}"
     execute(instance, resources, judge)
-    assert read_state(lake, "3")["stage"] == "early"
-    assert read_state(lake, "2")["status"] == "superseded"
+    assert read_state(lake, "3").stage == "early"
+    assert read_state(lake, "2").status == "superseded"
 
 
 def test_nothing_is_requested_while_a_release_run_is_in_flight(world):

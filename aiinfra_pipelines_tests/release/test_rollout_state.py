@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
 from aiinfra_pipelines.release.rollout import (
+    approve_next_stage,
+    new_rollout_state,
+    roll_back,
+    start_rollout,
+    supersede_rollout,
+)
+from aiinfra_pipelines.release.rollout_evaluation import evaluate_stage
+from aiinfra_pipelines.release.rollout_metrics import cohort_metrics, compare_cohorts
+from aiinfra_pipelines.release.rollout_settings import RolloutSettings
+from aiinfra_pipelines.release.rollout_state import (
     AWAITING_APPROVAL,
     COMPLETED,
     IN_PROGRESS,
     ROLLED_BACK,
     SUPERSEDED,
     RolloutError,
-    RolloutSettings,
-    approve_next_stage,
-    cohort_metrics,
-    compare_cohorts,
-    evaluate_stage,
-    new_rollout_state,
-    roll_back,
-    start_rollout,
-    supersede_rollout,
-    was_production,
+    RolloutState,
 )
-from aiinfra_pipelines_tests.operations.lake_state import (
+from aiinfra_pipelines_tests.support.operations_lake import (
     fleet_vins,
     published_records,
     telemetry_records,
@@ -64,7 +67,7 @@ GATES = {
         }
     },
 }
-SETTINGS = RolloutSettings.from_gates(GATES)
+SETTINGS = RolloutSettings.load(GATES)
 PRODUCTION_POINTER = {
     "version": "1",
     "onnx_key": "candidates/1/int8.onnx",
@@ -74,7 +77,7 @@ PRODUCTION_POINTER = {
 }
 
 
-def shadow_state(passed: bool = True) -> dict:
+def shadow_state(passed: bool = True) -> RolloutState:
     return new_rollout_state(
         "2",
         CANDIDATE,
@@ -92,7 +95,7 @@ def shadow_state(passed: bool = True) -> dict:
     )
 
 
-def started() -> dict:
+def started() -> RolloutState:
     state, decision = start_rollout(
         shadow_state(),
         SETTINGS,
@@ -118,7 +121,7 @@ def fleet(
 
 
 def test_the_configured_gates_parse_and_full_rollout_always_needs_approval():
-    settings = RolloutSettings.from_gates()
+    settings = RolloutSettings.load()
     assert settings.stages[-1].percent == 100.0
     assert settings.needs_approval(len(settings.stages) - 1)
     assert not settings.needs_approval(0)
@@ -144,7 +147,7 @@ def test_the_configured_gates_parse_and_full_rollout_always_needs_approval():
 def test_bad_rollout_settings_are_refused(change, message):
     section = {**GATES["release"]["rollout"], **change}
     with pytest.raises(ValueError, match=message):
-        RolloutSettings.from_gates({"release": {"rollout": section}})
+        RolloutSettings.load({"release": {"rollout": section}})
 
 
 def test_shadow_must_pass_and_only_one_rollout_widens_at_a_time():
@@ -157,7 +160,7 @@ def test_shadow_must_pass_and_only_one_rollout_widens_at_a_time():
         active_rollout=None,
         at="t1",
     )
-    assert decision.action == "none" and kept["status"] == "shadow"
+    assert decision.action == "none" and kept.status == "shadow"
     assert "too few frames" in decision.reason
     kept, decision = start_rollout(
         shadow_state(),
@@ -170,10 +173,10 @@ def test_shadow_must_pass_and_only_one_rollout_widens_at_a_time():
     )
     assert decision.action == "none" and "1 is active" in decision.reason
     state = started()
-    assert (state["status"], state["stage"], state["cohort_percent"]) == (IN_PROGRESS, "canary", 1)
-    assert state["previous_production"] == "1"
-    assert state["previous_production_pointer"] == PRODUCTION_POINTER
-    assert state["stage_started_telemetry_commit"] == "T0"
+    assert (state.status, state.stage, state.cohort_percent) == (IN_PROGRESS, "canary", 1)
+    assert state.previous_production == "1"
+    assert state.previous_production_pointer == PRODUCTION_POINTER
+    assert state.stage_started_telemetry_commit == "T0"
 
 
 def _start_beside(active: str | None, gated_against: str | None):
@@ -199,25 +202,25 @@ def _start_beside(active: str | None, gated_against: str | None):
 )
 def test_a_candidate_not_gated_against_the_active_rollout_waits_for_it(gated_against, why):
     kept, decision = _start_beside("1", gated_against)
-    assert decision.action == "none" and kept["status"] == "shadow"
+    assert decision.action == "none" and kept.status == "shadow"
     assert "1 is active" in decision.reason and why in decision.reason
 
 
 def test_a_candidate_gated_against_the_active_rollout_supersedes_it():
-    older = {**started(), "model_version": "1"}  # v1 at canary
+    older = replace(started(), model_version="1")  # v1 at canary
     new, decision = _start_beside("1", "1")
-    assert decision.action == "start" and new["status"] == IN_PROGRESS
-    assert new["stage"] == "canary" and new["supersedes"] == "1"
+    assert decision.action == "start" and new.status == IN_PROGRESS
+    assert new.stage == "canary" and new.supersedes == "1"
     assert "supersedes the rollout of model version 1" in decision.reason
-    assert new["stage_started_telemetry_commit"] == "T5"  # v1's telemetry never counts for v2
+    assert new.stage_started_telemetry_commit == "T5"  # v1's telemetry never counts for v2
     gone = supersede_rollout(older, by_version="2", at="t5")
-    assert (gone["status"], gone["cohort_percent"], gone["superseded_by"]) == (SUPERSEDED, 0, "2")
-    assert gone["history"][-1]["event"] == "superseded"
-    assert gone["history"][:-1] == older["history"]  # history kept
-    assert older["status"] == IN_PROGRESS  # pure: the input is untouched
+    assert (gone.status, gone.cohort_percent, gone.superseded_by) == (SUPERSEDED, 0, "2")
+    assert gone.history[-1]["event"] == "superseded"
+    assert gone.history[:-1] == older.history  # history kept
+    assert older.status == IN_PROGRESS  # pure: the input is untouched
     # Only a newer version may take over, and only an active rollout can be superseded.
     older_kept, decision = start_rollout(
-        {**shadow_state(), "model_version": "0"},
+        replace(shadow_state(), model_version="0"),
         SETTINGS,
         telemetry_commit="T5",
         production=None,
@@ -226,7 +229,7 @@ def test_a_candidate_gated_against_the_active_rollout_supersedes_it():
         gated_against="1",
         at="t5",
     )
-    assert decision.action == "none" and older_kept["status"] == "shadow"
+    assert decision.action == "none" and older_kept.status == "shadow"
     with pytest.raises(RolloutError, match="only an active rollout"):
         supersede_rollout(gone, by_version="3", at="t6")
 
@@ -237,9 +240,9 @@ def test_a_healthy_stage_advances_once_and_never_twice_on_the_same_telemetry():
         state, SETTINGS, telemetry_commit="T1", records=fleet(), at="t2"
     )
     assert decision.action == "advance"
-    assert (advanced["stage"], advanced["cohort_percent"]) == ("early", 10)
-    assert advanced["stage_started_telemetry_commit"] == "T1"
-    assert advanced["history"][-1]["decision"]["candidate"]["frames"] == 300
+    assert (advanced.stage, advanced.cohort_percent) == ("early", 10)
+    assert advanced.stage_started_telemetry_commit == "T1"
+    assert advanced.history[-1]["decision"]["candidate"]["frames"] == 300
     again, repeat = evaluate_stage(
         advanced, SETTINGS, telemetry_commit="T1", records=fleet(), at="t3"
     )
@@ -258,9 +261,9 @@ def test_too_little_telemetry_waits_and_records_why():
     )
     assert decision.action == "wait"
     assert "candidate cohort has 40 frames (needs 100)" in decision.reason
-    assert waiting["status"] == IN_PROGRESS and waiting["stage"] == "canary"
-    assert waiting["last_telemetry_commit"] == "T1"
-    assert waiting["history"][-1]["event"] == "waiting"
+    assert waiting.status == IN_PROGRESS and waiting.stage == "canary"
+    assert waiting.last_telemetry_commit == "T1"
+    assert waiting.history[-1]["event"] == "waiting"
     nothing = published_records(telemetry_records(OTHER, VINS, frames=500))
     _, decision = evaluate_stage(waiting, SETTINGS, telemetry_commit="T2", records=nothing, at="t3")
     assert decision.action == "wait" and "no telemetry from the candidate engine" in decision.reason
@@ -271,21 +274,21 @@ def test_full_rollout_waits_for_a_recorded_approval_and_never_happens_by_itself(
     state, decision = evaluate_stage(
         state, SETTINGS, telemetry_commit="T2", records=fleet(tag="w2"), at="t3"
     )
-    assert decision.action == "await_approval" and state["status"] == AWAITING_APPROVAL
-    assert state["cohort_percent"] == 10  # the cohort stays where it was
+    assert decision.action == "await_approval" and state.status == AWAITING_APPROVAL
+    assert state.cohort_percent == 10  # the cohort stays where it was
     held, decision = evaluate_stage(
         state, SETTINGS, telemetry_commit="T3", records=fleet(tag="w3"), at="t4"
     )
-    assert decision.action == "hold" and held["status"] == AWAITING_APPROVAL
+    assert decision.action == "hold" and held.status == AWAITING_APPROVAL
     with pytest.raises(RolloutError, match="approver"):
         approve_next_stage(held, SETTINGS, approver="  ", telemetry_commit="T3", at="t5")
     done, decision = approve_next_stage(
         held, SETTINGS, approver="Ada Lovelace", telemetry_commit="T3", at="t5"
     )
     assert decision.action == "complete"
-    assert (done["status"], done["cohort_percent"]) == (COMPLETED, 100)
-    assert done["approval"] == {"approver": "Ada Lovelace", "at": "t5", "stage": "full"}
-    assert was_production(done)
+    assert (done.status, done.cohort_percent) == (COMPLETED, 100)
+    assert done.to_json()["approval"] == {"approver": "Ada Lovelace", "at": "t5", "stage": "full"}
+    assert done.was_production
     same, decision = approve_next_stage(
         done, SETTINGS, approver="Ada Lovelace", telemetry_commit="T3", at="t6"
     )
@@ -313,12 +316,12 @@ def test_a_breach_rolls_back_and_records_the_evidence(candidate, metric):
     )
     assert decision.action == "rollback"
     assert metric in [breach.metric for breach in decision.breaches]
-    assert (state["status"], state["cohort_percent"]) == (ROLLED_BACK, 0.0)
-    entry = state["history"][-1]
+    assert (state.status, state.cohort_percent) == (ROLLED_BACK, 0.0)
+    entry = state.history[-1]
     assert entry["event"] == "rolled_back" and entry["restored_production"] == "1"
     assert entry["rolled_back_from"] == IN_PROGRESS
     assert metric in [b["metric"] for b in entry["decision"]["breaches"]]
-    assert not was_production(state)
+    assert not state.was_production
 
 
 def test_a_better_candidate_is_no_breach():
@@ -339,7 +342,7 @@ def test_telemetry_keeps_being_watched_while_awaiting_approval():
     state, _ = evaluate_stage(
         state, SETTINGS, telemetry_commit="T2", records=fleet(tag="b"), at="t3"
     )
-    assert state["status"] == AWAITING_APPROVAL
+    assert state.status == AWAITING_APPROVAL
     state, decision = evaluate_stage(
         state,
         SETTINGS,
@@ -347,17 +350,17 @@ def test_telemetry_keeps_being_watched_while_awaiting_approval():
         records=fleet(candidate={"collisions": 2}, tag="c"),
         at="t4",
     )
-    assert decision.action == "rollback" and state["status"] == ROLLED_BACK
-    assert state["history"][-1]["rolled_back_from"] == AWAITING_APPROVAL
+    assert decision.action == "rollback" and state.status == ROLLED_BACK
+    assert state.history[-1]["rolled_back_from"] == AWAITING_APPROVAL
 
 
 def test_operator_rollback_needs_a_reason_and_is_recorded():
     with pytest.raises(RolloutError, match="reason"):
         roll_back(started(), reason=" ", at="t2")
     state, decision = roll_back(started(), reason="driver complaints", at="t2", run_id="r9")
-    assert decision.action == "rollback" and state["status"] == ROLLED_BACK
-    assert state["history"][-1]["reason"] == "operator rollback: driver complaints"
-    assert state["history"][-1]["dagster_run_id"] == "r9"
+    assert decision.action == "rollback" and state.status == ROLLED_BACK
+    assert state.history[-1]["reason"] == "operator rollback: driver complaints"
+    assert state.history[-1]["dagster_run_id"] == "r9"
     same, decision = roll_back(state, reason="again", at="t3")
     assert decision.action == "none" and same == state
 
@@ -399,7 +402,7 @@ def test_records_of_other_engines_count_for_neither_cohort():
     assert decision.candidate.frames == 300 and decision.control.frames == 900
 
 
-def _first_release_state() -> dict:
+def _first_release_state() -> RolloutState:
     """The first rollout: production is model zero on paper, the fleet drives the old stack."""
     state, decision = start_rollout(
         new_rollout_state(
@@ -419,7 +422,7 @@ def _first_release_state() -> dict:
         active_rollout=None,
         at="t1",
     )
-    assert decision.action == "start" and state["previous_production"] is None
+    assert decision.action == "start" and state.previous_production is None
     return state
 
 
@@ -440,3 +443,59 @@ def test_before_the_first_release_cars_without_an_engine_are_the_control_cohort(
         started(), SETTINGS, telemetry_commit="T1", records=published_records(records), at="t2"
     )
     assert later.action == "wait" and later.control.frames == 0
+
+
+# A canary-stage state exactly as the dict-based rollout code wrote it to
+# release/rollout/2.json: the on-lake format RolloutState must keep reading and writing.
+LEGACY_CANARY_STATE = {
+    "model_version": "2",
+    "engine_sha256": CANDIDATE,
+    "engine_key": "candidates/2/int8.onnx",
+    "model_uri": "runs:/r2/model",
+    "stage_index": 0,
+    "stage": "canary",
+    "cohort_percent": 1.0,
+    "status": "in_progress",
+    "history": [
+        {
+            "event": "shadow",
+            "at": "t0",
+            "stage_index": -1,
+            "stage": "shadow",
+            "cohort_percent": 0.0,
+            "status": "shadow",
+            "reason": "shadow passed on 500 frames, decision agreement 90.0%",
+            "dagster_run_id": "",
+        },
+        {
+            "event": "stage_started",
+            "at": "t1",
+            "stage_index": 0,
+            "stage": "canary",
+            "cohort_percent": 1.0,
+            "status": "in_progress",
+            "reason": "shadow passed; canary cohort 1 %",
+            "dagster_run_id": "",
+        },
+    ],
+    "approval": None,
+    "previous_production": "1",
+    "previous_production_pointer": PRODUCTION_POINTER,
+    "production_engine_sha256": PRODUCTION,
+    "cohort_salt": "rollout-2-cccccccccccccccc",
+    "shadow": {"passed": True, "frames": 500, "decision_agreement": 0.9, "reasons": []},
+    "stage_started_telemetry_commit": "T0",
+    "last_telemetry_commit": "T0",
+    "supersedes": None,
+}
+
+
+def test_a_state_in_the_on_lake_format_loads_and_writes_back_unchanged():
+    state = RolloutState.from_json(LEGACY_CANARY_STATE)
+    assert (state.status, state.stage, state.cohort_percent) == (IN_PROGRESS, "canary", 1.0)
+    assert state.to_json() == LEGACY_CANARY_STATE
+    assert started().to_json() == LEGACY_CANARY_STATE  # what today's code writes, key for key
+    completed = RolloutState.from_json(
+        {**LEGACY_CANARY_STATE, "approval": {"approver": "Ada", "at": "t5", "stage": "full"}}
+    )
+    assert completed.to_json()["approval"] == {"approver": "Ada", "at": "t5", "stage": "full"}

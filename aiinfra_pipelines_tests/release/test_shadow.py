@@ -12,14 +12,14 @@ from aiinfra_pipelines.datasets.loading import load_frames
 from aiinfra_pipelines.datasets.selection import configured_training_rows, unseen_badcases
 from aiinfra_pipelines.ingest.views import scene_index_view
 from aiinfra_pipelines.lake.io_manager import read_asset_partitions
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.mining.engine_runner import run_engine_over_frames
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
 from aiinfra_pipelines.release.assets_rollout import shadow_report
 from aiinfra_pipelines.release.certificate import CertificateError
-from aiinfra_pipelines.release.rollout import read_state
+from aiinfra_pipelines.release.rollout_store import read_state
 from aiinfra_pipelines.release.shadow import (
     SHADOW_REASON,
     ShadowSettings,
@@ -35,7 +35,7 @@ from aiinfra_pipelines.release.shadow import (
     shadow_report_key,
     shadow_summary,
 )
-from aiinfra_pipelines_tests.operations.lake_state import (
+from aiinfra_pipelines_tests.support.operations_lake import (
     cautious_engine_bytes,
     materialized,
     network_engine_bytes,
@@ -198,9 +198,9 @@ def test_shadow_report_publishes_report_state_and_tags(world):
     assert report["summary"]["decision_agreement"] == pytest.approx(meta["decision_agreement"])
     assert report["production_version"] == "1" and len(report["window"]["logs"]) == 6
     state = read_state(lake, "2")
-    assert state["status"] == "shadow" and state["shadow"]["passed"]
-    assert state["previous_production"] == "1"
-    assert state["engine_sha256"] == report["engine_sha256"]
+    assert state.status == "shadow" and state.shadow["passed"]
+    assert state.previous_production == "1"
+    assert state.engine_sha256 == report["engine_sha256"]
     client = mlflow.MlflowClient(tracking_uri=world["uri"], registry_uri=world["uri"])
     tags = client.get_model_version("perception", "2").tags
     assert tags["shadow_passed"] == "true"
@@ -260,6 +260,6 @@ def test_shadow_rerun_refreshes_the_verdict_and_keeps_the_history(world):
     )
     assert materialized(rerun, "shadow_report")["state"] == "shadow verdict refreshed"
     after = read_state(lake, "2")
-    assert [e["event"] for e in after["history"]] == ["shadow", "shadow"]
-    assert after["history"][0] == before["history"][0]
-    assert after["cohort_salt"] == before["cohort_salt"] and after["status"] == "shadow"
+    assert [e["event"] for e in after.history] == ["shadow", "shadow"]
+    assert after.history[0] == before.history[0]
+    assert after.cohort_salt == before.cohort_salt and after.status == "shadow"

@@ -13,7 +13,7 @@ from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.release.certificate import certify_candidate
 from aiinfra_pipelines.release.cohorts import in_cohort
 from aiinfra_pipelines.release.keys import ReleaseKeys
-from aiinfra_pipelines_tests.release.test_certificate_support import (
+from aiinfra_pipelines_tests.support.release_lake import (
     publish_candidate,
     publish_dataset,
     set_production,

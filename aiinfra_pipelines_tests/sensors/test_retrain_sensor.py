@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
+from pathlib import Path
 
 import dagster as dg
 import pandas as pd
@@ -19,9 +21,10 @@ from aiinfra_pipelines.sensors.retrain_sensor import (
     decide_retraining,
     retraining_sensor,
 )
+from aiinfra_pipelines.sensors.settings import RetrainingSettings
 from aiinfra_pipelines.training.resources import MlflowTracking
-from aiinfra_pipelines_tests.camera import CAMERA_SIZE
-from aiinfra_pipelines_tests.loop.helpers import (
+from aiinfra_pipelines_tests.support.camera import CAMERA_SIZE
+from aiinfra_pipelines_tests.support.loop_runs import (
     all_assets_and_checks,
     ingest_and_mine,
     loop_resources,
@@ -55,22 +58,30 @@ def low_threshold(module_env):
 
 
 @pytest.fixture(scope="module")
-def mined_instance(module_env):
-    home = module_env / "home"
+def mined_template(module_env) -> tuple[Path, Path]:
+    """Three synthetic logs ingested and mined by model zero (every frame is a badcase), once:
+    (Dagster home, lake root). Tests never touch it; each gets its own copy (``mined``)."""
+    home, lake_root = module_env / "template-home", module_env / "template-lake"
     home.mkdir()
-    with dg.instance_for_test(temp_dir=str(home)) as instance:
-        yield instance
-
-
-@pytest.fixture(scope="module")
-def mined(module_env, mined_instance):
-    """Three synthetic logs ingested and mined by model zero (every frame is a badcase)."""
-    lake = LocalLake(root=str(module_env / "lake"))
+    lake = LocalLake(root=str(lake_root))
     lake.ensure_repository()
-    resources = loop_resources(lake, module_env)
     logs = [make_synthetic_log(n_frames=12, seed=seed, **CAMERA_SIZE) for seed in (1, 2, 3)]
-    ingest_and_mine(mined_instance, resources, "retrain", logs)
-    return lake, resources
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        ingest_and_mine(instance, loop_resources(lake, module_env), "retrain", logs)
+    return home, lake_root
+
+
+@pytest.fixture
+def mined(mined_template, low_threshold, tmp_path):
+    """This test's own copy of the mined lake and of the instance that ingested it: (instance,
+    lake, resources). What one test does to them (a dataset cut, runs in flight) no other test
+    sees, so the module passes in any order."""
+    home, lake_root = mined_template
+    shutil.copytree(home, tmp_path / "home")
+    shutil.copytree(lake_root, tmp_path / "lake")
+    lake = LocalLake(root=str(tmp_path / "lake"))
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        yield instance, lake, loop_resources(lake, tmp_path)
 
 
 def _tick(instance, lake, cursor=None):
@@ -84,9 +95,8 @@ def test_no_data_means_no_training(instance, local_lake, low_threshold):
     assert "0 unseen" in result.skip_message
 
 
-def test_unseen_badcases_request_one_training_cycle_with_a_stable_key(mined_instance, mined):
-    instance = mined_instance
-    lake, _ = mined
+def test_unseen_badcases_request_one_training_cycle_with_a_stable_key(mined):
+    instance, lake, _ = mined
     unseen = unseen_badcases(lake)
     assert len(unseen) >= THRESHOLD
     first = _tick(instance, lake)
@@ -99,16 +109,16 @@ def test_unseen_badcases_request_one_training_cycle_with_a_stable_key(mined_inst
     assert _tick(instance, lake).run_requests[0].run_key == request.run_key
 
 
-def test_waits_while_a_training_cycle_is_in_flight(instance, mined):
-    lake, _ = mined
+def test_waits_while_a_training_cycle_is_in_flight(mined):
+    instance, lake, _ = mined
     instance.add_run(dg.DagsterRun(job_name=TRAINING_JOB, status=dg.DagsterRunStatus.STARTED))
     result = _tick(instance, lake)
     assert isinstance(result, dg.SkipReason)
     assert "in flight" in result.skip_message
 
 
-def test_waits_while_logs_are_still_being_ingested_or_mined(instance, mined):
-    lake, _ = mined
+def test_waits_while_logs_are_still_being_ingested_or_mined(mined):
+    instance, lake, _ = mined
     instance.add_run(
         dg.DagsterRun(
             job_name="__ASSET_JOB",
@@ -122,18 +132,18 @@ def test_waits_while_logs_are_still_being_ingested_or_mined(instance, mined):
 
 
 def test_decision_rules():
-    settings = {"min_unseen_badcases": 3, "on_drift": True}
+    settings = RetrainingSettings(min_unseen_badcases=3, on_drift=True, interval_s=10)
     empty = pd.DataFrame(columns=["log_id", "frame_index"])
     assert not decide_retraining(empty, None, settings).retrain
     drift = {"drifted": True, "id": "abc", "signals": ["confidence"]}
     decision = decide_retraining(empty, drift, settings)
     assert decision.retrain and decision.run_key == "retrain-drift-abc"
-    assert not decide_retraining(empty, drift, {**settings, "on_drift": False}).retrain
+    assert not decide_retraining(empty, drift, replace(settings, on_drift=False)).retrain
 
 
 def test_drift_in_logs_already_trained_on_starts_no_training():
     """Retraining on the very logs that drifted would learn nothing: drift needs new logs."""
-    settings = {"min_unseen_badcases": 3, "on_drift": True}
+    settings = RetrainingSettings(min_unseen_badcases=3, on_drift=True, interval_s=10)
     empty = pd.DataFrame(columns=["log_id", "frame_index"])
     drift = {
         "drifted": True,
@@ -148,10 +158,9 @@ def test_drift_in_logs_already_trained_on_starts_no_training():
     assert fresh.retrain and fresh.run_key == "retrain-drift-abc"
 
 
-def test_a_new_dataset_absorbs_the_badcases_and_the_sensor_goes_quiet(mined_instance, mined):
-    """Runs last in this module: it consumes the unseen badcases the tests above rely on."""
-    instance = mined_instance
-    lake, resources = mined
+def test_a_new_dataset_absorbs_the_badcases_and_the_sensor_goes_quiet(mined):
+    """Consumes the unseen badcases, in this test's own copy of the lake."""
+    instance, lake, resources = mined
     assert len(unseen_badcases(lake)) >= THRESHOLD
     result = dg.materialize(
         all_assets_and_checks(),

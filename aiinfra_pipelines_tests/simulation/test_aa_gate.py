@@ -15,9 +15,8 @@ from aiinfra_pipelines.simulation.gate import evaluate_gate
 from aiinfra_pipelines.simulation.roles import ROLE_CANDIDATE, ROLE_PRODUCTION
 from aiinfra_pipelines.simulation.runner import EngineSource, SimulationJob, simulate
 from aiinfra_pipelines.simulation.scenarios import load_base_scenarios, scenario_seeds
-from aiinfra_pipelines.simulation.settings import seeds_per_scenario
-
-from .engines import perception_net_onnx
+from aiinfra_pipelines.simulation.settings import EpisodeSettings
+from aiinfra_pipelines_tests.support.simulation_engines import perception_net_onnx
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -33,7 +32,7 @@ def test_production_gated_against_itself_passes():
     production = EngineSource("7", perception_net_onnx(seed=7))
     engines = {ROLE_CANDIDATE: production, ROLE_PRODUCTION: production}
     scenarios = one_per_family()
-    seeds = seeds_per_scenario()
+    seeds = EpisodeSettings.load().seeds_per_scenario
     assert seeds > 1, "simulation.yaml should run several seeds per scenario"
     jobs = [
         SimulationJob(role, scenario.to_dict(), seed)

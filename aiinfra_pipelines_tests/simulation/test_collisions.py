@@ -110,10 +110,10 @@ def test_fault_fields_read_the_recorded_collision():
 
 
 def test_the_repository_rules_load_and_are_sane():
-    rules = CollisionRules.from_config()
+    rules = CollisionRules.load()
     assert rules.comfort_decel_mps2 > 0 and rules.stopped_speed_mps >= 0
     with pytest.raises(ValueError, match="deceleration magnitude"):
-        CollisionRules.from_config(
+        CollisionRules.load(
             {
                 "collisions": {
                     "stopped_speed_mps": 0.05,
@@ -130,8 +130,7 @@ def test_a_reckless_engine_into_a_stopped_lead_is_recorded_and_classified_at_fau
     at full speed, and the runner records and classifies the collision."""
     from aiinfra_pipelines.simulation.runner import EngineSource, SimulationJob, simulate
     from aiinfra_pipelines.simulation.scenarios import build_scenario
-
-    from .engines import reckless_onnx
+    from aiinfra_pipelines_tests.support.simulation_engines import reckless_onnx
 
     scenario = build_scenario(
         {

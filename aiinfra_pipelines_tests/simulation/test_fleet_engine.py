@@ -11,8 +11,7 @@ from aiinfra_pipelines.logs.validation import validate_drive_log
 from aiinfra_pipelines.logs.writer import encode_drive_log
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
-
-from .engines import brightness_onnx, perception_net_onnx
+from aiinfra_pipelines_tests.support.simulation_engines import brightness_onnx, perception_net_onnx
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -8,21 +8,23 @@ import copy
 
 import pytest
 
-from aiinfra_pipelines.simulation.gate import (
+from aiinfra_pipelines.simulation.gate import evaluate_gate
+from aiinfra_pipelines.simulation.gate_comparison import (
     STATUS_FIXED,
     STATUS_NEW_FAILURE,
     STATUS_PASS,
     STATUS_STILL_FAILING,
     compare_outcomes,
-    evaluate_gate,
+)
+from aiinfra_pipelines.simulation.gate_scenarios import needs_confirmation
+from aiinfra_pipelines.simulation.gate_verdicts import (
     gate_section,
-    needs_confirmation,
     scenario_criteria,
     scenario_verdict,
 )
 from aiinfra_pipelines.simulation.significance import worse_by_chance_p
+from aiinfra_pipelines_tests.support.noisy_library import certify_rate
 
-from .noisy_library import certify_rate
 from .test_library import GATES
 
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
+from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.simulation.from_fleet import fleet_regression_scenarios
 from aiinfra_pipelines.simulation.gate import evaluate_gate
 from aiinfra_pipelines.simulation.library import (
@@ -22,9 +23,8 @@ from aiinfra_pipelines.simulation.library import (
     shard_of,
 )
 from aiinfra_pipelines.simulation.scenarios import build_scenario
-from aiinfra_pipelines.simulation.settings import simulation_config
-
-from .helpers import LogSpec, fleet_tables
+from aiinfra_pipelines.simulation.settings import SIMULATION_CONFIG_FILE
+from aiinfra_pipelines_tests.support.simulation_lake import LogSpec, fleet_tables
 
 BUILT = {"main_commit": "c0", "refreshed_for_model_version": ""}
 
@@ -251,7 +251,7 @@ def test_model_zero_badcases_make_no_scenario_but_its_fleet_failures_do():
     )
     ids = [s.id for s in fleet_regression_scenarios(badcases, index)]
     assert ids == ["log-b", "log-c"]
-    every_engine = copy.deepcopy(simulation_config())
+    every_engine = copy.deepcopy(load_resource_yaml(SIMULATION_CONFIG_FILE))
     every_engine["regression_scenarios"]["exclude_badcases_mined_by"] = []
     assert [s.id for s in fleet_regression_scenarios(badcases, index, every_engine)] == [
         "log-a",
@@ -271,7 +271,7 @@ def test_logs_sharing_a_definition_make_at_most_the_configured_number_of_scenari
     extra = badcases[badcases["log_id"].isin(["fog-3", "fog-1"])]
     badcases = pd.concat([badcases, extra.assign(frame_index=extra["frame_index"] + 100)])
     badcases = pd.concat([badcases, badcases[badcases["log_id"] == "fog-3"].assign(frame_index=7)])
-    config = copy.deepcopy(simulation_config())
+    config = copy.deepcopy(load_resource_yaml(SIMULATION_CONFIG_FILE))
     config["regression_scenarios"]["max_per_condition"] = 2
     ids = [s.id for s in fleet_regression_scenarios(badcases, index, config)]
     assert ids == ["log-clear", "log-fail", "log-fog-1", "log-fog-3"]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from aiinfra_pipelines.simulation.gate import evaluate_gate
-from aiinfra_pipelines.simulation.regression import comparison_rows, report_table_rows
+from aiinfra_pipelines.simulation.regression import comparison_rows
+from aiinfra_pipelines.simulation.report_view import report_table_rows
 
 from .test_gate import m, row, seeds
 from .test_library import GATES

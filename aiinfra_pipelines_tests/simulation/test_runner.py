@@ -8,8 +8,7 @@ from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.onnx_export import bootstrap_network, export_onnx
 from aiinfra_pipelines.simulation.runner import EngineSource, SimulationJob, simulate
 from aiinfra_pipelines.simulation.scenarios import build_scenario
-
-from .engines import brightness_onnx
+from aiinfra_pipelines_tests.support.simulation_engines import brightness_onnx
 
 pytestmark = pytest.mark.timeout(180)
 

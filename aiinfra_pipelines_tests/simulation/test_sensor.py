@@ -6,14 +6,18 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH
 from aiinfra_pipelines.sensors.simulation_sensor import regression_simulation_sensor
 from aiinfra_pipelines.simulation.library import LIBRARY_KEY
+from aiinfra_pipelines_tests.support.simulation_engines import reckless_onnx
+from aiinfra_pipelines_tests.support.simulation_lake import (
+    launch,
+    publish_candidate,
+    simulation_resources,
+)
 
 from .conftest import write_test_resources
-from .engines import reckless_onnx
-from .helpers import launch, publish_candidate, simulation_resources
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,15 +1,17 @@
-"""Child process for the kill-and-resume test: trains slowly until the test SIGKILLs it.
+"""Child process for the kill-and-resume test: trains until it pauses, then the test kills it.
 
-Run as ``python -m aiinfra_pipelines_tests.training._resume_worker <job.json>``. Each training
-step is padded with a sleep (the only difference from the parent's runs) so the parent can
-kill it reliably between two epochs, however fast the machine is.
+Run as ``python -m aiinfra_pipelines_tests.training._resume_worker <job.json>``. The first
+training step of epoch ``pause_after_epochs`` (0-based: after that many epochs completed and
+checkpointed) does not run: the child writes ``paused_marker`` and waits for the SIGKILL. So
+the kill lands after exactly that many epochs, however fast or loaded the machine is (the
+only difference from the parent's runs; the step it stops in changes nothing it saved).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -18,11 +20,15 @@ from aiinfra_pipelines.training.module import PerceptionModule
 from aiinfra_pipelines.training.train import train_perception_model
 
 
-def _slow(step_seconds: float) -> None:
+def _pause_at(epoch: int, marker: Path) -> None:
     original = PerceptionModule.training_step
 
     def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
-        time.sleep(step_seconds)
+        if self.current_epoch >= epoch:
+            written = marker.with_name(marker.name + ".tmp")
+            written.write_text(str(self.current_epoch))
+            written.replace(marker)  # whole or absent: the parent kills as soon as it appears
+            threading.Event().wait()  # until the parent's SIGKILL
         return original(self, batch, batch_idx)
 
     PerceptionModule.training_step = training_step  # type: ignore[method-assign]
@@ -30,7 +36,7 @@ def _slow(step_seconds: float) -> None:
 
 def main(job_file: str) -> None:
     job = json.loads(Path(job_file).read_text())
-    _slow(float(job["step_seconds"]))
+    _pause_at(int(job["pause_after_epochs"]), Path(job["paused_marker"]))
     train_perception_model(
         pd.read_pickle(job["train"]),
         pd.read_pickle(job["val"]),

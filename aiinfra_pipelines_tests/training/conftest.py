@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from aiinfra_pipelines_tests.fleet_data import fleet_frames
+from aiinfra_pipelines_tests.support.fleet_data import fleet_frames
 
 # Small runs (determinism, resume, warm start): in-process loading keeps them quick; the
 # real-learning run uses the configured DataLoader workers. They train the dense head: on a

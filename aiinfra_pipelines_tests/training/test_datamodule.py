@@ -17,7 +17,7 @@ from aiinfra_pipelines.training.datamodule import (
     PerceptionDataset,
     ego_lane_balance_weights,
 )
-from aiinfra_pipelines.training.module import images_to_float, mirror_lanes, near_bins
+from aiinfra_pipelines.training.objective import images_to_float, mirror_lanes, near_bins
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,9 @@ import torch.nn.functional as F
 
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.network import PerceptionNet, feature_map_size
-from aiinfra_pipelines.training.module import (
-    PerceptionModule,
-    occupancy_cell_weights,
-    perception_loss,
-)
-from aiinfra_pipelines.training.train import load_training_config
+from aiinfra_pipelines.training.module import PerceptionModule
+from aiinfra_pipelines.training.objective import occupancy_cell_weights, perception_loss
+from aiinfra_pipelines.training.settings import load_training_config
 
 EDGES = (-10.0, 0.0, 10.0, 20.0, 35.0, 50.0, 75.0)
 

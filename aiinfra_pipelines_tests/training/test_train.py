@@ -25,6 +25,7 @@ from mlflow.tracking import MlflowClient
 from aiinfra_pipelines.config import PROJECT_ROOT, load_resource_yaml
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.training import metrics
+from aiinfra_pipelines.training.checkpointing import LOCK_FILE, RUN_ID_FILE, completed_epochs
 from aiinfra_pipelines.training.datamodule import PerceptionDataset
 from aiinfra_pipelines.training.module import (
     EPOCH_METRICS,
@@ -32,14 +33,8 @@ from aiinfra_pipelines.training.module import (
     VAL_LOSS,
     PerceptionModule,
 )
-from aiinfra_pipelines.training.train import (
-    LOCK_FILE,
-    RUN_ID_FILE,
-    TrainingResult,
-    WarmStart,
-    completed_epochs,
-    train_perception_model,
-)
+from aiinfra_pipelines.training.train import TrainingResult, train_perception_model
+from aiinfra_pipelines.training.warm_start import WarmStart
 
 from .conftest import SMALL_CONFIG, SMALL_EPOCHS, tracking_uri
 
@@ -179,15 +174,19 @@ def test_same_seed_and_data_give_identical_weights(uninterrupted, small_split, t
     assert again.mlflow_run_id != uninterrupted.mlflow_run_id  # separate runs, same result
 
 
-def _wait_for_epochs(child: subprocess.Popen, last: Path, epochs: int, log: Path) -> None:
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
+KILL_AFTER_EPOCHS = 2
+HANG_GUARD_S = 1800  # only a wedged child gets here; the kill itself waits on no clock
+
+
+def _wait_until_paused(child: subprocess.Popen, marker: Path, log: Path) -> None:
+    """Until the child pauses (it writes ``marker`` and waits to be killed) or exits."""
+    hang_guard = time.monotonic() + HANG_GUARD_S
+    while not marker.is_file():
         if child.poll() is not None:
             pytest.fail(f"child exited ({child.returncode}) before the kill:\n{log.read_text()}")
-        if last.is_file() and completed_epochs(last) >= epochs:
-            return
+        if time.monotonic() > hang_guard:
+            pytest.fail(f"the child never paused:\n{log.read_text()}")
         time.sleep(0.05)
-    pytest.fail(f"no checkpoint with {epochs} epochs within the deadline:\n{log.read_text()}")
 
 
 def test_run_killed_mid_training_resumes_into_the_same_run_and_finishes_identically(
@@ -208,7 +207,10 @@ def test_run_killed_mid_training_resumes_into_the_same_run_and_finishes_identica
         "config": SMALL_CONFIG,
         "max_epochs": SMALL_EPOCHS,
         "seed": 0,
-        "step_seconds": 0.25,
+        # The child stops in the first step after this many epochs, checkpointed: the kill
+        # lands mid-training after exactly these epochs, not after however many a clock allowed.
+        "pause_after_epochs": KILL_AFTER_EPOCHS,
+        "paused_marker": str(tmp_path / "paused"),
     }
     (tmp_path / "job.json").write_text(json.dumps(job))
     log = tmp_path / "child.log"
@@ -226,13 +228,14 @@ def test_run_killed_mid_training_resumes_into_the_same_run_and_finishes_identica
             start_new_session=True,  # its own process group: the kill takes its workers too
         )
         try:
-            _wait_for_epochs(child, checkpoint_dir / "last.ckpt", 2, log)
+            _wait_until_paused(child, tmp_path / "paused", log)
         finally:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait(timeout=60)
     assert child.returncode == -signal.SIGKILL
     killed_after = completed_epochs(checkpoint_dir / "last.ckpt")
-    assert 2 <= killed_after < SMALL_EPOCHS, "the kill must land mid-training"
+    assert (tmp_path / "paused").read_text() == str(KILL_AFTER_EPOCHS)  # 0-based: the 3rd epoch
+    assert killed_after == KILL_AFTER_EPOCHS < SMALL_EPOCHS, "the kill lands mid-training"
     run_id = (checkpoint_dir / RUN_ID_FILE).read_text()
 
     resumed = _train(train, val, tmp_path, config=SMALL_CONFIG, max_epochs=SMALL_EPOCHS, seed=0)
@@ -329,7 +332,7 @@ def test_bad_input_fails_before_any_run_or_checkpoint_exists(
 def test_the_environment_overrides_the_trainer_section(monkeypatch, tmp_path):
     """prod trains on the GPU pool with mixed precision; local keeps training.yaml as it is."""
     from aiinfra_pipelines.training.assets import environment_training_overrides
-    from aiinfra_pipelines.training.train import load_training_config
+    from aiinfra_pipelines.training.settings import load_training_config
 
     monkeypatch.setenv("AIINFRA_ENV", "local")
     assert environment_training_overrides() == {}

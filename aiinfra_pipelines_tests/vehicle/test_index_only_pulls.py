@@ -27,7 +27,7 @@ from aiinfra_pipelines.logs.writer import encode_drive_log
 from aiinfra_pipelines.vehicle.fleet_upload import upload_through_outboxes
 from aiinfra_pipelines.vehicle.index_only import IndexOnlySettings, index_record, is_low_value
 from aiinfra_pipelines.vehicle.outbox_settings import OutboxSettings
-from aiinfra_pipelines_tests.ingest.helpers import (
+from aiinfra_pipelines_tests.support.ingest_runs import (
     materialize_partition,
     partition_of,
     verdicts_of,

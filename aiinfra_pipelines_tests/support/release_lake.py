@@ -3,7 +3,6 @@
 Everything is written the way the neighbouring layers publish it (``publish_objects`` onto
 ``main``, formats from ``docs/loop.md``), with real ONNX engines exported from a small
 PerceptionNet, so certification, OTA and trace run against what they will meet in the loop.
-(Helpers only; the module name follows the release tests' prefix and holds no tests.)
 """
 
 from __future__ import annotations

@@ -16,12 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from aiinfra_pipelines.simulation.gate import (
-    GateResult,
-    compare_outcomes,
-    evaluate_gate,
-    needs_confirmation,
-)
+from aiinfra_pipelines.simulation.gate import evaluate_gate
+from aiinfra_pipelines.simulation.gate_comparison import GateResult, compare_outcomes
+from aiinfra_pipelines.simulation.gate_scenarios import needs_confirmation
 
 SLICES = [
     f"{light}/{weather}/highway"

@@ -19,7 +19,7 @@ from aiinfra_pipelines.logs.model import DriveLog
 from aiinfra_pipelines.mining import definitions as mining_layer
 from aiinfra_pipelines.training import definitions as training_layer
 from aiinfra_pipelines.training.resources import MlflowTracking
-from aiinfra_pipelines_tests.ingest.helpers import land
+from aiinfra_pipelines_tests.support.ingest_runs import land
 
 PER_BATCH_GROUPS = ("ingest", "mining")
 MODEL_GROUPS = ("datasets", "training", "evaluation")

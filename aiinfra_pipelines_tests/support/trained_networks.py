@@ -15,7 +15,7 @@ import torch
 from aiinfra_pipelines.deployment.frames import LabelledFrames, labelled_frames
 from aiinfra_pipelines.perception.contract import images_to_input, perception_spec
 from aiinfra_pipelines.perception.network import PerceptionNet
-from aiinfra_pipelines.training.module import perception_loss
+from aiinfra_pipelines.training.objective import perception_loss
 
 
 def split_logs(frames: pd.DataFrame, every: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -56,7 +56,7 @@ def train_network(
 
 
 def fleet_labelled(n_vehicles: int = 4, episodes: int = 2, seed: int = 0) -> pd.DataFrame:
-    from aiinfra_pipelines_tests.fleet_data import fleet_frames
+    from aiinfra_pipelines_tests.support.fleet_data import fleet_frames
 
     return fleet_frames(n_vehicles, episodes, seed)
 

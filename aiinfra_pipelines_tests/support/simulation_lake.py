@@ -19,8 +19,9 @@ import numpy as np
 
 from aiinfra_pipelines.ingest.tables import frames_table, scene_index_table, trigger_rule_names
 from aiinfra_pipelines.lake.io_manager import LakeIOManager, asset_object_base, parquet_bytes
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
+from aiinfra_pipelines.lake.publish import publish_objects
 from aiinfra_pipelines.logs.anonymize import anonymize_log
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.mining.rules import mine_badcases

@@ -22,8 +22,13 @@ from mcap.writer import Writer
 from mcap_protobuf.schema import register_schema
 
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
-
-from .ros2_recording import HEIGHT, START_NS, WIDTH, JsonChannels, _jpeg
+from aiinfra_pipelines_tests.support.ros2_recording import (
+    HEIGHT,
+    START_NS,
+    WIDTH,
+    JsonChannels,
+    _jpeg,
+)
 
 
 def _stamp(time_ns: int) -> Timestamp:

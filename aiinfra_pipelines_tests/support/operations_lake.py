@@ -29,14 +29,15 @@ import numpy as np
 from aiinfra_pipelines.ingest.resources import AnonymizationKey
 from aiinfra_pipelines.ingest.tables import frames_table, scene_index_table, trigger_rule_names
 from aiinfra_pipelines.lake.io_manager import LakeIOManager, asset_object_base, parquet_bytes
-from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH, PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
-from aiinfra_pipelines.lake.publish import MAIN_BRANCH, publish_objects
+from aiinfra_pipelines.lake.publish import publish_objects
 from aiinfra_pipelines.logs.anonymize import anonymize_log
 from aiinfra_pipelines.logs.model import DriveLog
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.perception.contract import perception_spec
-from aiinfra_pipelines.release.certificate import certify_candidate, required_gates
+from aiinfra_pipelines.release.certificate import certify_candidate
+from aiinfra_pipelines.release.certificate_evidence import required_gates
 from aiinfra_pipelines.release.keys import ReleaseKeys
 from aiinfra_pipelines.release.reference import REFERENCE_GATES
 from aiinfra_pipelines.release.rollout import production_pointer

@@ -12,7 +12,6 @@ import http.client
 import json
 import re
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,12 +21,15 @@ from typing import Any
 
 @dataclass
 class Reply:
-    """One scripted answer: ``status`` with ``body`` (dict → JSON), after ``delay_s``."""
+    """One scripted answer: ``status`` with ``body`` (dict → JSON).
+
+    ``stall``: no answer at all; the request is held until the server stops, so the client's
+    read timeout fires whatever the machine's load (a delay would race the timeout)."""
 
     status: int
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0
+    stall: bool = False
 
     def encoded(self) -> tuple[bytes, str]:
         if isinstance(self.body, bytes):
@@ -111,6 +113,7 @@ class FakeLakeFS:
         self._lock = threading.Lock()
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.url = ""
+        self.released = threading.Event()  # set when the server stops: stalled requests end
 
     def route(self, method: str, path_pattern: str, *replies: Reply, then: Reply) -> None:
         """Answer ``method`` on paths matching ``path_pattern`` (regex, full match) with
@@ -145,8 +148,9 @@ class FakeLakeFS:
                 if route
                 else Reply(400, {"message": f"unscripted {handler.command} {path}"})
             )
-        if reply.delay_s:
-            time.sleep(reply.delay_s)
+        if reply.stall:
+            self.released.wait(timeout=300)
+            return
         body, content_type = reply.encoded()
         try:
             handler.send_response(reply.status)
@@ -184,6 +188,9 @@ def serve(fake: Any, handler: type[BaseHTTPRequestHandler] = _Handler) -> Iterat
     try:
         yield fake.url
     finally:
+        released = getattr(fake, "released", None)
+        if released is not None:
+            released.set()
         server.shutdown()
         server.server_close()
 

@@ -1,0 +1,137 @@
+"""One training run of the perception model, from the latest dataset to a registry version.
+
+What ``trained_model`` does, without Dagster around it: the dataset read at the commit its
+pointer names, the environment's overrides and warm start applied, the model trained (resuming
+from durable checkpoints) and registered with its lineage, so the output names the candidate.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from aiinfra_pipelines.config import PROJECT_ROOT
+from aiinfra_pipelines.datasets.assets import TRAINING_LATEST
+from aiinfra_pipelines.datasets.loading import load_frames
+from aiinfra_pipelines.deployment.payloads import CandidateIdentity
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH
+from aiinfra_pipelines.lake.port import VersionedLake
+
+from .resources import MlflowTracking
+
+
+def code_version() -> str:
+    """The git commit of the code that trained a model (``unknown`` outside a checkout)."""
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def environment_training_overrides() -> dict[str, Any]:
+    """The environment's ``training:`` overrides of ``resources/training.yaml``.
+
+    The same asset trains on a laptop CPU and on a multi-GPU node; what differs (accelerator,
+    devices, strategy, precision) is environment configuration, not code. Unknown keys are
+    refused by ``load_training_config`` like any other override.
+    """
+    from aiinfra_pipelines.environment import load_environment
+
+    return dict(load_environment().get("training") or {})
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """A registered model: its candidate identity plus what the run learned and from where."""
+
+    identity: CandidateIdentity
+    dataset_rows_key: str
+    epochs: int
+    metrics: dict[str, float]
+    warm_start_from: Any
+    resumed_from_epoch: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``trained_model`` output as stored in the lake."""
+        return {
+            **self.identity.to_dict(),
+            "dataset_rows_key": self.dataset_rows_key,
+            "epochs": self.epochs,
+            "metrics": self.metrics,
+        }
+
+
+def latest_training_frames(lake: VersionedLake) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The newest training dataset's pointer and its frames, read at the pointer's commit."""
+    pointer = lake.get_json_or_none(MAIN_BRANCH, TRAINING_LATEST)
+    if pointer is None:
+        raise ValueError("no training dataset on main: materialize training_dataset first")
+    rows = lake.get_parquet(pointer["commit"], pointer["rows_key"])
+    return pointer, load_frames(lake, rows, pointer["commit"])
+
+
+def train_and_register(
+    lake: VersionedLake,
+    mlflow_tracking: MlflowTracking,
+    dagster_run_id: str,
+    log: Callable[[str], None],
+) -> TrainedModel:
+    """Train on the newest training dataset on ``main`` and register the result in MLflow."""
+    # Imported here: Lightning and MLflow cost seconds, and every run process loads this module.
+    from .train import register_model_version, train_perception_model
+    from .warm_start import reference_warm_start
+
+    pointer, frames = latest_training_frames(lake)
+    lineage = {
+        "dataset_version": pointer["version"],
+        "dataset_commit": pointer["commit"],
+        "code_version": code_version(),
+        "dagster_run_id": dagster_run_id,
+    }
+    overrides = environment_training_overrides()
+    warm_start = reference_warm_start(lake, mlflow_tracking.uri(), overrides)
+    result = train_perception_model(
+        frames[frames["split"] == "train"],
+        frames[frames["split"] == "val"],
+        checkpoint_dir=mlflow_tracking.checkpoints() / pointer["version"],
+        mlflow_tracking_uri=mlflow_tracking.uri(),
+        experiment=mlflow_tracking.experiment,
+        run_tags={"dagster_run_id": dagster_run_id, "dataset_version": pointer["version"]},
+        params=lineage,
+        config=overrides,
+        warm_start=warm_start,
+    )
+    log(f"trained from {result.warm_start_from}")
+    registered = register_model_version(
+        mlflow_tracking.uri(),
+        result.model_uri,
+        result.mlflow_run_id,
+        tags={**lineage, "mlflow_run_id": result.mlflow_run_id},
+    )
+    identity = CandidateIdentity(
+        model_version=registered.version,
+        registered_model=registered.registered_model,
+        mlflow_run_id=result.mlflow_run_id,
+        model_uri=result.model_uri,
+        dataset_version=pointer["version"],
+        dataset_commit=pointer["commit"],
+        code_version=lineage["code_version"],
+    )
+    return TrainedModel(
+        identity=identity,
+        dataset_rows_key=pointer["rows_key"],
+        epochs=result.epochs_completed,
+        metrics={name: round(float(value), 4) for name, value in result.metrics.items()},
+        warm_start_from=result.warm_start_from,
+        resumed_from_epoch=result.resumed_from_epoch,
+    )
