@@ -23,7 +23,7 @@ import dagster as dg
 import pandas as pd
 from dagster import DagsterEventType
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 
 LEDGER_PREFIX = "operations/cost_ledger/"
 STEPS_KEY = f"{LEDGER_PREFIX}steps.parquet"
@@ -80,11 +80,12 @@ class LedgerSettings:
 
     @classmethod
     def load(cls, config: Mapping[str, Any] | None = None) -> LedgerSettings:
-        section = (config or load_resource_yaml("operations.yaml"))["cost_ledger"]
+        section = settings_section("operations.yaml", "cost_ledger", config)
+        tags = section.section("gpu_step_tags", {}).values
         return cls(
-            gpu_pools=tuple(str(p) for p in section["gpu_pools"]),
-            gpu_step_tags={str(k): str(v) for k, v in (section["gpu_step_tags"] or {}).items()},
-            max_runs=int(section["max_runs"]),
+            gpu_pools=tuple(str(p) for p in section.list("gpu_pools")),
+            gpu_step_tags={str(k): str(v) for k, v in tags.items()},
+            max_runs=section.int("max_runs"),
         )
 
 

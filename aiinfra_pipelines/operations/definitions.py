@@ -2,26 +2,26 @@
 
 import dagster as dg
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 
 from .assets import compute_cost_ledger, drift_monitor, fleet_telemetry
 from .failures import loop_failures
 
-_CRON = load_resource_yaml("operations.yaml")["schedules"]
+_CRON = settings_section("operations.yaml", "schedules")
 
 # fleet_telemetry follows landings (telemetry_sensor); the monitors look at the whole loop,
 # so they run on a clock rather than on any one upstream change.
 drift_monitor_schedule = dg.ScheduleDefinition(
     name="drift_monitor_schedule",
     target=dg.AssetSelection.assets(drift_monitor),
-    cron_schedule=str(_CRON["drift_monitor_cron"]),
+    cron_schedule=_CRON.str("drift_monitor_cron"),
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Input and confidence drift of the recent fleet vs the training data.",
 )
 compute_cost_ledger_schedule = dg.ScheduleDefinition(
     name="compute_cost_ledger_schedule",
     target=dg.AssetSelection.assets(compute_cost_ledger),
-    cron_schedule=str(_CRON["compute_cost_ledger_cron"]),
+    cron_schedule=_CRON.str("compute_cost_ledger_cron"),
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="CPU/GPU seconds per asset, partition and group from the run records.",
 )

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.release.shadow import histogram, ks_statistic, psi
@@ -53,24 +53,27 @@ class DriftSettings:
 
     @classmethod
     def load(cls, config: Mapping[str, Any] | None = None) -> DriftSettings:
-        section = (config or load_resource_yaml("operations.yaml"))["drift"]
-        statistics = tuple(str(name) for name in section["image_statistics"])
+        section = settings_section("operations.yaml", "drift", config)
+        statistics = tuple(str(name) for name in section.list("image_statistics"))
         unknown = sorted(set(statistics) - set(IMAGE_STATISTICS))
         if unknown:
-            raise ValueError(f"unknown image statistic(s) {unknown}; known: {IMAGE_STATISTICS}")
+            raise section.error(
+                "image_statistics", f"unknown statistic(s) {unknown}; known: {IMAGE_STATISTICS}"
+            )
+        window = section.section("window")
         return cls(
-            max_logs=int(section["window"]["max_logs"]),
-            max_age_days=float(section["window"]["max_age_days"]),
-            reference_samples=int(section["reference_samples"]),
-            recent_samples=int(section["recent_samples"]),
-            min_samples=int(section["min_samples"]),
-            seed=int(section["seed"]),
-            bins=int(section["bins"]),
-            min_bin_width=float(section["min_bin_width"]),
-            psi_threshold=float(section["psi_threshold"]),
-            ks_threshold=float(section["ks_threshold"]),
+            max_logs=window.int("max_logs"),
+            max_age_days=window.float("max_age_days"),
+            reference_samples=section.int("reference_samples"),
+            recent_samples=section.int("recent_samples"),
+            min_samples=section.int("min_samples"),
+            seed=section.int("seed"),
+            bins=section.int("bins"),
+            min_bin_width=section.float("min_bin_width"),
+            psi_threshold=section.float("psi_threshold"),
+            ks_threshold=section.float("ks_threshold"),
             image_statistics=statistics,
-            telemetry_batches=int(section["telemetry_batches"]),
+            telemetry_batches=section.int("telemetry_batches"),
         )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.logs.anonymize import pseudonymize_vin
 
 from .outbox_telemetry import outbox_fields, published_outbox
@@ -55,16 +55,17 @@ class TelemetrySettings:
 
     @classmethod
     def load(cls, config: Mapping[str, Any] | None = None) -> TelemetrySettings:
-        section = (config or load_resource_yaml("operations.yaml"))["telemetry"]
+        section = settings_section("operations.yaml", "telemetry", config)
+        limits = section.section("limits")
         return cls(
-            upload_prefix=str(section["upload_prefix"]),
-            confidence_bins=int(section["confidence_bins"]),
-            cohorts=tuple(str(c) for c in section["cohorts"]),
-            near_miss_ttc_s=float(section["near_miss_ttc_s"]),
-            near_miss_gap_m=float(section["near_miss_gap_m"]),
-            max_frames=int(section["limits"]["max_frames"]),
-            max_latency_ms=float(section["limits"]["max_latency_ms"]),
-            quarantine_listed=int(section["quarantine_listed"]),
+            upload_prefix=section.str("upload_prefix"),
+            confidence_bins=section.int("confidence_bins"),
+            cohorts=tuple(str(c) for c in section.list("cohorts")),
+            near_miss_ttc_s=section.float("near_miss_ttc_s"),
+            near_miss_gap_m=section.float("near_miss_gap_m"),
+            max_frames=limits.int("max_frames"),
+            max_latency_ms=limits.float("max_latency_ms"),
+            quarantine_listed=section.int("quarantine_listed"),
         )
 
     @property
