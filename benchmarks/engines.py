@@ -41,7 +41,7 @@ from aiinfra_pipelines.deployment.fallback import mixed_precision_int8
 from aiinfra_pipelines.deployment.memory_probe import probe_peak_memory_mb
 from aiinfra_pipelines.deployment.parity import slice_metrics
 from aiinfra_pipelines.deployment.quantize import convert_fp16, quantize_int8
-from aiinfra_pipelines.deployment.settings import deployment_gates, deployment_settings
+from aiinfra_pipelines.deployment.settings import DeploymentSettings, deployment_gates
 from aiinfra_pipelines.perception.contract import images_to_input, perception_spec
 from aiinfra_pipelines_tests.support.fleet_data import fleet_frames
 from aiinfra_pipelines_tests.support.trained_networks import (
@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    settings, gates, spec = deployment_settings(), deployment_gates(), perception_spec()
+    settings, gates, spec = DeploymentSettings.load(), deployment_gates(), perception_spec()
 
     started = time.perf_counter()
     frames = fleet_frames(args.vehicles, args.episodes, 0)

@@ -35,7 +35,7 @@ from .publishing import (
 )
 from .quantized import quantize_candidate
 from .reports import BENCHMARK_GATE, PARITY_GATE, engine_benchmark_report, engine_parity_report
-from .settings import deployment_gates, deployment_settings, environment_target, latency_budget
+from .settings import DeploymentSettings, LatencyBudget, deployment_gates, environment_target
 from .staging import (
     GROUP,
     benchmark_frames,
@@ -71,7 +71,7 @@ def onnx_model(
 
     candidate = CandidateIdentity.from_dict(trained_model)
     lineage = candidate.to_dict()
-    settings = deployment_settings()
+    settings = DeploymentSettings.load()
     calibration = labelled_frames(calibration_frames(lake, candidate.dataset_version))
     network = load_network(candidate.model_uri, mlflow_tracking.uri())
     exported = export_checked_onnx(
@@ -131,7 +131,7 @@ def engine_parity(
     """Per-slice metrics of the FP16 and INT8 engines vs FP32 on the benchmark set, with a
     layer-wise comparison for debugging; the report is staged for the parity check."""
     version = same_candidate(onnx_model, quantized_engine)
-    settings = deployment_settings()
+    settings = DeploymentSettings.load()
     engines = engine_bytes(lake, onnx_model, quantized_engine)
     frames, benchmark_version = benchmark_frames(lake)
     report, comparisons = engine_parity_report(
@@ -172,7 +172,7 @@ def engine_benchmark(
     """Latency p50/p95/p99 at batch 1, throughput at the serving batch and peak memory of every
     engine on the environment's target backend; the shipped engine is gated by its profile."""
     version = same_candidate(onnx_model, quantized_engine)
-    settings = deployment_settings()
+    settings = DeploymentSettings.load()
     target = environment_target(settings)
     frames, _ = benchmark_frames(lake)
     report = engine_benchmark_report(
@@ -180,7 +180,7 @@ def engine_benchmark(
         engine_bytes(lake, onnx_model, quantized_engine),
         frames.spread(settings.benchmark.frames).images,
         target,
-        latency_budget(target.name),
+        LatencyBudget.load(target.name),
         settings,
         perception_spec(),
     )

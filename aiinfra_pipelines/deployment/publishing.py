@@ -27,7 +27,7 @@ from aiinfra_pipelines.lake.publish import publish_with_run_branch
 from .candidate import build_manifest
 from .payloads import CandidateIdentity, StagedObject
 from .reports import BENCHMARK_GATE, PARITY_GATE
-from .settings import deployment_settings, environment_target
+from .settings import DeploymentSettings, environment_target
 from .staging import read_staged
 
 PARITY_CHECK = "engine_parity_within_budget"
@@ -160,7 +160,7 @@ def publish_candidate(
     offline = offline_report(offline_eval, version)
     offline_bytes = json_document(offline)
     reports = gate_reports(lake, version, offline, offline_bytes, engine_parity, engine_benchmark)
-    target = environment_target(deployment_settings())
+    target = environment_target(DeploymentSettings.load())
     engines = manifest_engines(onnx_model, quantized_engine)
     shipped = engines[target.ship_precision]
     manifest = build_manifest(

@@ -21,10 +21,10 @@ from aiinfra_pipelines.perception.contract import perception_spec
 from .frames import labelled_frames, require_calibration_coverage
 from .payloads import CandidateIdentity, StagedObject
 from .settings import (
+    DeploymentSettings,
     DeploymentTarget,
     QuantizationSettings,
     deployment_gates,
-    deployment_settings,
     environment_target,
 )
 from .staging import calibration_frames, read_staged, stage_objects
@@ -85,7 +85,7 @@ def quantize_candidate(
     from .fallback import mixed_precision_int8
     from .quantize import convert_fp16
 
-    settings = deployment_settings()
+    settings = DeploymentSettings.load()
     target = environment_target(settings)
     quantization = settings.quantization.for_target(target)
     fp32 = read_staged(lake, onnx_model["onnx"])

@@ -1,8 +1,9 @@
 """Typed access to ``resources/deployment.yaml`` and the ``deployment`` section of gates.yaml.
 
 Operational knobs (opset, batch sizes, iterations, targets) and gates (budgets) are kept apart
-on purpose: an operator tunes the first freely, the second changes what may ship. Functions
-take an optional already-loaded mapping so tests can pass an edited copy.
+on purpose: an operator tunes the first freely, the second changes what may ship. Each
+``load`` takes an optional already-loaded mapping (the whole file) so tests can pass an edited
+copy.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aiinfra_pipelines.config import dagster_home, load_resource_yaml
+from aiinfra_pipelines.config import Section, dagster_home, load_resource_yaml, settings_section
 
 CONFIG_FILE = "deployment.yaml"
 GATES_FILE = "gates.yaml"
@@ -80,6 +81,27 @@ class DeploymentSettings:
     targets: Mapping[str, DeploymentTarget]
     tensorrt: TensorRTSettings
 
+    @classmethod
+    def load(cls, config: Mapping[str, Any] | None = None) -> DeploymentSettings:
+        """``deployment.yaml`` (or ``config``, the whole file as a mapping, for tests)."""
+        file = settings_section(CONFIG_FILE, "", config)
+        export, parity, targets = (
+            file.section("export"),
+            file.section("parity"),
+            file.section("targets"),
+        )
+        return cls(
+            version=file.str("version", ""),
+            opset=export.int("opset"),
+            parity_frames=_positive(export, "parity_frames"),
+            quantization=_quantization(file),
+            layerwise_frames=parity.int("layerwise_frames"),
+            layerwise_flag_sqnr_db=parity.float("layerwise_flag_sqnr_db"),
+            benchmark=_benchmark(file),
+            targets={str(name): _target(targets.section(str(name))) for name in targets.values},
+            tensorrt=_tensorrt(file),
+        )
+
 
 @dataclass(frozen=True)
 class LatencyBudget:
@@ -88,79 +110,88 @@ class LatencyBudget:
     min_throughput_fps: float
     max_peak_memory_mb: float
 
-
-def _target(name: str, raw: Mapping[str, Any]) -> DeploymentTarget:
-    precision = str(raw.get("ship_precision", "int8"))
-    if precision not in PRECISIONS:
-        raise ValueError(
-            f"{CONFIG_FILE} targets.{name}.ship_precision={precision!r}: not a precision"
+    @classmethod
+    def load(cls, target: str, gates: Mapping[str, Any] | None = None) -> LatencyBudget:
+        """The latency profile of ``target`` in gates.yaml ``deployment.latency``."""
+        deployment_gates(gates)  # the section and its parts exist
+        profiles = settings_section(GATES_FILE, "deployment.latency", gates)
+        if target not in profiles:
+            raise profiles.error(
+                target,
+                f"no profile for this target (profiles: {', '.join(sorted(profiles.values))})",
+            )
+        profile = profiles.section(target)
+        return cls(
+            target=target,
+            p99_ms_batch1=profile.float("p99_ms_batch1"),
+            min_throughput_fps=profile.float("min_throughput_fps"),
+            max_peak_memory_mb=profile.float("max_peak_memory_mb"),
         )
-    capability = raw.get("compute_capability")
+
+
+def _target(section: Section) -> DeploymentTarget:
+    name = section.path.rsplit(".", 1)[-1]
+    precision = section.str("ship_precision", "int8")
+    if precision not in PRECISIONS:
+        raise section.error("ship_precision", f"{precision!r} is not one of {PRECISIONS}")
+    capability = section.raw("compute_capability", None)
     return DeploymentTarget(
         name=name,
-        backend=str(raw["backend"]),
+        backend=section.str("backend"),
         ship_precision=precision,
-        runtime_target=str(raw.get("runtime_target", name)),
-        intra_op_threads=int(raw.get("intra_op_threads", 0)),
+        runtime_target=section.str("runtime_target", name),
+        intra_op_threads=section.int("intra_op_threads", 0),
         compute_capability=None if capability is None else str(capability),
-        quantization_options=dict(raw.get("quantization_options") or {}),
+        quantization_options=dict(section.section("quantization_options", {}).values),
     )
 
 
-def deployment_settings(config: Mapping[str, Any] | None = None) -> DeploymentSettings:
-    """Parse ``deployment.yaml`` (or an already loaded mapping)."""
-    config = config if config is not None else load_resource_yaml(CONFIG_FILE)
-    quantization, sensitivity = config["quantization"], config["sensitivity"]
-    metric = str(sensitivity["metric"])
+def _quantization(config: Section) -> QuantizationSettings:
+    quantization, sensitivity = config.section("quantization"), config.section("sensitivity")
+    metric = sensitivity.str("metric")
     if metric not in SENSITIVITY_METRICS:
-        raise ValueError(
-            f"{CONFIG_FILE} sensitivity.metric={metric!r}: expected one of "
-            f"{', '.join(SENSITIVITY_METRICS)}"
+        raise sensitivity.error(
+            "metric", f"{metric!r}: expected one of {', '.join(SENSITIVITY_METRICS)}"
         )
-    bench = config["benchmark"]
-    trt = config.get("tensorrt") or {}
-    cache_dir = str(trt.get("cache_dir") or "")
-    settings = DeploymentSettings(
-        version=str(config.get("version", "")),
-        opset=int(config["export"]["opset"]),
-        parity_frames=int(config["export"]["parity_frames"]),
-        quantization=QuantizationSettings(
-            calibration_batch_size=int(quantization["calibration_batch_size"]),
-            calibrate_method=str(quantization["calibrate_method"]),
-            per_channel=bool(quantization["per_channel"]),
-            activation_type=str(quantization["activation_type"]),
-            weight_type=str(quantization["weight_type"]),
-            fp16_keep_io_types=bool(quantization["fp16_keep_io_types"]),
-            sensitivity_metric=metric,
-            candidate_op_types=tuple(str(op) for op in sensitivity["candidate_op_types"]),
-            extra_options=dict(quantization.get("extra_options") or {}),
-        ),
-        layerwise_frames=int(config["parity"]["layerwise_frames"]),
-        layerwise_flag_sqnr_db=float(config["parity"]["layerwise_flag_sqnr_db"]),
-        benchmark=BenchmarkSettings(
-            iterations=int(bench["iterations"]),
-            warmup=int(bench["warmup"]),
-            serving_batch=int(bench["serving_batch"]),
-            throughput_iterations=int(bench["throughput_iterations"]),
-            frames=int(bench["frames"]),
-        ),
-        targets={name: _target(str(name), raw) for name, raw in config["targets"].items()},
-        tensorrt=TensorRTSettings(
-            cache_dir=Path(cache_dir) if cache_dir else dagster_home() / "tensorrt",
-            workspace_mb=int(trt.get("workspace_mb", 1024)),
-            max_batch=int(trt.get("max_batch", 64)),
-        ),
+    return QuantizationSettings(
+        calibration_batch_size=_positive(quantization, "calibration_batch_size"),
+        calibrate_method=quantization.str("calibrate_method"),
+        per_channel=quantization.bool("per_channel"),
+        activation_type=quantization.str("activation_type"),
+        weight_type=quantization.str("weight_type"),
+        fp16_keep_io_types=quantization.bool("fp16_keep_io_types"),
+        sensitivity_metric=metric,
+        candidate_op_types=tuple(str(op) for op in sensitivity.list("candidate_op_types")),
+        extra_options=dict(quantization.section("extra_options", {}).values),
     )
-    for name, value in (
-        ("export.parity_frames", settings.parity_frames),
-        ("quantization.calibration_batch_size", settings.quantization.calibration_batch_size),
-        ("benchmark.iterations", settings.benchmark.iterations),
-        ("benchmark.serving_batch", settings.benchmark.serving_batch),
-        ("benchmark.frames", settings.benchmark.frames),
-    ):
-        if value < 1:
-            raise ValueError(f"{CONFIG_FILE} {name} must be >= 1, got {value}")
-    return settings
+
+
+def _benchmark(config: Section) -> BenchmarkSettings:
+    bench = config.section("benchmark")
+    return BenchmarkSettings(
+        iterations=_positive(bench, "iterations"),
+        warmup=bench.int("warmup"),
+        serving_batch=_positive(bench, "serving_batch"),
+        throughput_iterations=bench.int("throughput_iterations"),
+        frames=_positive(bench, "frames"),
+    )
+
+
+def _tensorrt(config: Section) -> TensorRTSettings:
+    trt = config.section("tensorrt", {})
+    cache_dir = str(trt.raw("cache_dir", None) or "")
+    return TensorRTSettings(
+        cache_dir=Path(cache_dir) if cache_dir else dagster_home() / "tensorrt",
+        workspace_mb=trt.int("workspace_mb", 1024),
+        max_batch=trt.int("max_batch", 64),
+    )
+
+
+def _positive(section: Section, key: str) -> int:
+    value = section.int(key)
+    if value < 1:
+        raise section.error(key, f"must be >= 1, got {value}")
+    return value
 
 
 def deployment_gates(gates: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -177,23 +208,6 @@ def deployment_gates(gates: Mapping[str, Any] | None = None) -> Mapping[str, Any
 
 def export_tolerance(gates: Mapping[str, Any] | None = None) -> float:
     return float(deployment_gates(gates)["export"]["max_abs_error"])
-
-
-def latency_budget(target: str, gates: Mapping[str, Any] | None = None) -> LatencyBudget:
-    """The latency profile of ``target`` in gates.yaml ``deployment.latency``."""
-    profiles = deployment_gates(gates)["latency"]
-    if target not in profiles:
-        raise ValueError(
-            f"{GATES_FILE} deployment.latency has no profile for target {target!r} "
-            f"(profiles: {', '.join(sorted(profiles))})"
-        )
-    raw = profiles[target]
-    return LatencyBudget(
-        target=target,
-        p99_ms_batch1=float(raw["p99_ms_batch1"]),
-        min_throughput_fps=float(raw["min_throughput_fps"]),
-        max_peak_memory_mb=float(raw["max_peak_memory_mb"]),
-    )
 
 
 def environment_target(

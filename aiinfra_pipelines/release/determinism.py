@@ -24,7 +24,7 @@ import numpy as np
 
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.deployment.backends import BackendUnavailableError, create_engine
-from aiinfra_pipelines.deployment.settings import deployment_settings
+from aiinfra_pipelines.deployment.settings import DeploymentSettings
 from aiinfra_pipelines.perception.contract import PerceptionSpec, images_to_input
 from aiinfra_pipelines.perception.engine import Engine
 
@@ -177,7 +177,7 @@ def check_determinism(
 
 def backend_for_target(runtime_target: str) -> str:
     """The engine backend of the deployment target whose ``runtime_target`` shipped it."""
-    for target in deployment_settings().targets.values():
+    for target in DeploymentSettings.load().targets.values():
         if target.runtime_target == runtime_target:
             return target.backend
     raise KeyError(f"no deployment target has runtime_target {runtime_target!r}")

@@ -103,6 +103,6 @@ def outlier_onnx(outlier_network, calibration) -> bytes:
 
 @pytest.fixture(scope="session")
 def settings():
-    from aiinfra_pipelines.deployment.settings import deployment_settings
+    from aiinfra_pipelines.deployment.settings import DeploymentSettings
 
-    return deployment_settings()
+    return DeploymentSettings.load()

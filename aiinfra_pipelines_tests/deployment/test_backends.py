@@ -25,9 +25,9 @@ from aiinfra_pipelines.deployment.backends.tensorrt import (
 )
 from aiinfra_pipelines.deployment.quantize import convert_fp16, quantize_int8
 from aiinfra_pipelines.deployment.settings import (
-    deployment_settings,
+    DeploymentSettings,
+    LatencyBudget,
     environment_target,
-    latency_budget,
 )
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
@@ -89,12 +89,12 @@ def test_only_symmetric_float_bias_qdq_graphs_go_to_tensorrt(exported, calibrati
 
 
 def test_the_environment_picks_a_target_with_a_latency_profile():
-    settings = deployment_settings()
+    settings = DeploymentSettings.load()
     target = environment_target(settings, {"deployment": {"target": "cpu-ci"}})
     assert target.backend == "onnxruntime" and target.ship_precision == "int8"
-    assert latency_budget(target.name).p99_ms_batch1 > 0
+    assert LatencyBudget.load(target.name).p99_ms_batch1 > 0
     for name in settings.targets:
-        latency_budget(name)  # every target has a profile in gates.yaml
+        LatencyBudget.load(name)  # every target has a profile in gates.yaml
     with pytest.raises(ValueError, match="'mars-rover' is not defined"):
         environment_target(settings, {"deployment": {"target": "mars-rover"}})
     with pytest.raises(ValueError, match=r"no deployment\.target"):
