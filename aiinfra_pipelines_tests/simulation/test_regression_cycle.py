@@ -1,8 +1,13 @@
 """The simulation assets materialized with Dagster on a small published lake state.
 
 One module-scoped lake carries a whole cycle: library → shards → report for a PerceptionNet
-candidate, then a reckless candidate that must be refused, then a library rebuild that must not
-drop anything. MLflow runs on a temporary sqlite store.
+candidate, then a reckless candidate that must be refused, shards of two candidates that no
+report may mix, an A/A candidate, then a library rebuild that must not drop anything. MLflow
+runs on a temporary sqlite store.
+
+Each stage is a module fixture that depends on the stage before it and records the commit of
+``main`` it left; tests read the lake at that commit. So the stages run in their order whatever
+order the tests run in (``pytest -p randomly``), and no test sees a later stage's writes.
 """
 
 from __future__ import annotations
@@ -93,8 +98,20 @@ def tick(cycle) -> tuple[list[dg.RunRequest], str]:
     return list(result.run_requests or []), ""
 
 
+def main_commit(cycle) -> str:
+    """The commit ``main`` is at now: what a stage leaves for its tests to read."""
+    return cycle["lake"].resolve_ref(MAIN_BRANCH)
+
+
 @pytest.fixture(scope="module")
-def sensor_cycle(cycle):
+def library_stage(cycle):
+    """The library built from the scenario files and the fleet tables, before any candidate."""
+    result = materialize(cycle["instance"], cycle["resources"], "scenario_library")
+    return {"success": result.success, "commit": main_commit(cycle)}
+
+
+@pytest.fixture(scope="module")
+def sensor_cycle(cycle, library_stage):
     """Candidate 1 driven through the whole cycle by the sensor. Every tick is evaluated twice
     before its runs launch (what a daemon does when runs are slow to start)."""
     lake = cycle["lake"]
@@ -118,13 +135,13 @@ def sensor_cycle(cycle):
         after, _ = tick(cycle)
         launched = set(results)
         ticks[-1]["after_launch"] = sorted(r.run_key for r in after if r.run_key in launched)
-    return {"run_id": run_id, "ticks": ticks, "results": results}
+    return {"run_id": run_id, "ticks": ticks, "results": results, "commit": main_commit(cycle)}
 
 
-def test_library_holds_base_badcase_and_failure_scenarios(cycle):
+def test_library_holds_base_badcase_and_failure_scenarios(cycle, library_stage):
     lake = cycle["lake"]
-    assert materialize(cycle["instance"], cycle["resources"], "scenario_library").success
-    library = lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
+    assert library_stage["success"]
+    library = lake.get_json(library_stage["commit"], LIBRARY_KEY)
     by_id = {entry["id"]: entry for entry in library["scenarios"]}
     assert {"cruise", "slow_lead", "degraded"} <= set(by_id)
     badcase = by_id["log-log-a-badcase"]
@@ -172,13 +189,13 @@ def test_cycle_publishes_report_records_and_mlflow_artifact(cycle, sensor_cycle)
     lake = cycle["lake"]
     run_id = sensor_cycle["run_id"]
     result = sensor_cycle["results"]["report-1"]
-    report = lake.get_json(MAIN_BRANCH, report_key("1"))
+    report = lake.get_json(sensor_cycle["commit"], report_key("1"))
     assert report["model_version"] == "1"
     # The untrained candidate falls back on every frame (below), driving as cautiously as model
     # zero: it causes no collision, so the first-release limits certify it.
     assert report["passed"] is True and report["failures"] == [], report["aggregate"]
     assert report["summary"]["candidate_at_fault"] == 0, report["summary"]
-    library = lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
+    library = lake.get_json(sensor_cycle["commit"], LIBRARY_KEY)
     assert library["built_from"]["refreshed_for_model_version"] == "1"
     assert {row["scenario_id"] for row in report["scenarios"]} == {
         entry["id"] for entry in library["scenarios"]
@@ -214,7 +231,7 @@ def test_cycle_publishes_report_records_and_mlflow_artifact(cycle, sensor_cycle)
     for row in report["scenarios"]:
         assert row["production"]["episodes"] == row["model_zero"]["episodes"]
     assert report["reference_version"] == report["production"]["model_version"] == "bootstrap-0"
-    shards = [lake.get_json(MAIN_BRANCH, shard_result_key(shard)) for shard in SHARDS]
+    shards = [lake.get_json(sensor_cycle["commit"], shard_result_key(shard)) for shard in SHARDS]
     episodes = sum(len(s["scenarios"]) for s in shards) * seeds
     assert sum(s["simulated_runs"] + s["reused_runs"] for s in shards) == 3 * episodes
     # The headline figures, in the report and in the asset's metadata.
@@ -232,7 +249,9 @@ def test_cycle_publishes_report_records_and_mlflow_artifact(cycle, sensor_cycle)
             assert failed[row["scenario_id"]] == "bootstrap-0"
     # Shards are the current partition values on main, for this candidate.
     for shard in SHARDS:
-        assert lake.get_json(MAIN_BRANCH, shard_result_key(shard))["model_version"] == "1"
+        assert (
+            lake.get_json(sensor_cycle["commit"], shard_result_key(shard))["model_version"] == "1"
+        )
     # The check re-ran the gate on the published report and agrees with it.
     [evaluation] = result.get_asset_check_evaluations()
     assert evaluation.passed == report["passed"]
@@ -279,11 +298,17 @@ def _release_cautious_production(lake) -> None:
     )
 
 
-def test_reckless_candidate_is_refused_for_new_failures(cycle, sensor_cycle):
-    lake = cycle["lake"]
-    _release_cautious_production(lake)
+@pytest.fixture(scope="module")
+def reckless_stage(cycle, sensor_cycle):
+    """A cautious production released, then a never-braking candidate 2 through the cycle."""
+    _release_cautious_production(cycle["lake"])
     _, result = run_cycle(cycle, "2", reckless_onnx())
-    report = lake.get_json(MAIN_BRANCH, report_key("2"))
+    return {"result": result, "commit": main_commit(cycle)}
+
+
+def test_reckless_candidate_is_refused_for_new_failures(cycle, reckless_stage):
+    lake, result, commit = cycle["lake"], reckless_stage["result"], reckless_stage["commit"]
+    report = lake.get_json(commit, report_key("2"))
     assert report["passed"] is False
     new_failures = [row for row in report["scenarios"] if row["status"] == "new_failure"]
     assert new_failures, "a never-braking engine must fail where the cautious production passes"
@@ -304,13 +329,13 @@ def test_reckless_candidate_is_refused_for_new_failures(cycle, sensor_cycle):
         r["scenario_id"] for r in new_failures
     }
     # The refused candidate's failures are recorded; it fixes nothing.
-    library = {e["id"]: e for e in lake.get_json(MAIN_BRANCH, LIBRARY_KEY)["scenarios"]}
+    library = {e["id"]: e for e in lake.get_json(commit, LIBRARY_KEY)["scenarios"]}
     for row in new_failures:
         assert library[row["scenario_id"]]["first_failed_by"] == "2"
     assert all(entry["first_fixed_by"] != "2" for entry in library.values())
     # Every new failure was confirmed on more seeds before it counted, and still failed: a real
     # regression fails the pooled seeds too.
-    shards = [lake.get_json(MAIN_BRANCH, shard_result_key(shard)) for shard in SHARDS]
+    shards = [lake.get_json(commit, shard_result_key(shard)) for shard in SHARDS]
     confirmed = {scenario for shard in shards for scenario in shard["confirmed_scenarios"]}
     assert {row["scenario_id"] for row in new_failures} <= confirmed
     base, extra = shards[0]["seeds_per_scenario"], shards[0]["confirm_seeds"]
@@ -332,29 +357,36 @@ def test_reckless_candidate_is_refused_for_new_failures(cycle, sensor_cycle):
                 for row in shard["scenarios"]
                 if row["scenario_id"] not in confirmed_here
             )
-    assert lake.list_objects(MAIN_BRANCH, RESULTS_PREFIX)
+    assert lake.list_objects(commit, RESULTS_PREFIX)
 
 
-def test_report_refuses_shards_of_different_candidates(cycle):
-    lake, resources, instance = cycle["lake"], cycle["resources"], cycle["instance"]
-    before = lake.get_json(MAIN_BRANCH, report_key("2"))
-    result = materialize(
+@pytest.fixture(scope="module")
+def mixed_shards_stage(cycle, reckless_stage):
+    """Shard 00 re-simulated for candidate 1 while shard 01 holds candidate 2's, then a report."""
+    resources, instance = cycle["resources"], cycle["instance"]
+    shard = materialize(
         instance, resources, "regression_simulation", partition_key="shard-00", model_version="1"
     )
-    assert result.success
     failed = materialize(instance, resources, "regression_report", raise_on_error=False)
+    return {"shard": shard, "failed": failed, "commit": main_commit(cycle)}
+
+
+def test_report_refuses_shards_of_different_candidates(cycle, reckless_stage, mixed_shards_stage):
+    lake, failed = cycle["lake"], mixed_shards_stage["failed"]
+    before = lake.get_json(reckless_stage["commit"], report_key("2"))
+    assert mixed_shards_stage["shard"].success
     assert not failed.success
     [failure] = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
     error = failure.step_failure_data.error
     message = error.cause.message if error.cause else error.message
     assert "different candidates" in message and "model_version" in message
     assert "shard-00: model_version=1" in message and "shard-01: model_version=2" in message
-    assert lake.get_json(MAIN_BRANCH, report_key("2")) == before  # main untouched
+    after = lake.get_json(mixed_shards_stage["commit"], report_key("2"))
+    assert after == before  # main untouched
 
 
-def test_a_candidate_identical_to_production_is_certified_by_the_regression_report(
-    cycle, sensor_cycle
-):
+@pytest.fixture(scope="module")
+def aa_stage(cycle, mixed_shards_stage):
     """A/A through the assets: production released, a candidate with the same engine bytes.
 
     Runs on the library the earlier cycles simulated (``sensor_cycle`` warmed the oracle and
@@ -375,7 +407,12 @@ def test_a_candidate_identical_to_production_is_certified_by_the_regression_repo
         {"kind": "release"},
     )
     _, result = run_cycle(cycle, "5", engine)
-    report = lake.get_json(MAIN_BRANCH, report_key("5"))
+    return {"result": result, "commit": main_commit(cycle)}
+
+
+def test_a_candidate_identical_to_production_is_certified_by_the_regression_report(cycle, aa_stage):
+    lake, result, commit = cycle["lake"], aa_stage["result"], aa_stage["commit"]
+    report = lake.get_json(commit, report_key("5"))
     assert report["passed"] is True, report["failures"]
     assert report["aggregate"].get("first_release") is None  # gated against production
     summary = report["summary"]
@@ -384,7 +421,7 @@ def test_a_candidate_identical_to_production_is_certified_by_the_regression_repo
         assert row["candidate"]["episodes"] == row["production"]["episodes"]
     # One engine in two roles is simulated once: oracle and model zero come from the cache.
     for shard in SHARDS:
-        record = lake.get_json(MAIN_BRANCH, shard_result_key(shard))
+        record = lake.get_json(commit, shard_result_key(shard))
         assert record["candidate_engine_sha256"] == record["production_engine_sha256"]
         for row in record["scenarios"]:
             assert row["cached"]["oracle"] and row["cached"]["model_zero"], row["scenario_id"]
@@ -396,9 +433,9 @@ def test_a_candidate_identical_to_production_is_certified_by_the_regression_repo
     assert evaluation.passed is True
 
 
-def test_library_rebuild_never_drops_scenarios(cycle, test_resources):
+def test_library_rebuild_never_drops_scenarios(cycle, aa_stage, test_resources):
     lake, resources, instance = cycle["lake"], cycle["resources"], cycle["instance"]
-    before = lake.get_json(MAIN_BRANCH, LIBRARY_KEY)
+    before = lake.get_json(aa_stage["commit"], LIBRARY_KEY)
     moved = test_resources / "cruise.yaml.removed"
     (test_resources / "scenarios" / "cruise.yaml").rename(moved)
     try:
