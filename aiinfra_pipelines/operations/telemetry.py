@@ -118,14 +118,7 @@ def telemetry_record(
     ``fallback_counts`` = (fallback frames, fallback activations).
     """
     settings = settings or TelemetrySettings.load()
-    latencies = np.asarray(latencies_ms, dtype=float)
-    if fallback_counts is not None:
-        fallback_frames, onsets = (int(count) for count in fallback_counts)
-    else:
-        flags = np.asarray(fallback_flags if fallback_flags is not None else [], dtype=bool)
-        fallback_frames = int(flags.sum())
-        onsets = int(np.sum(flags & ~np.concatenate([[False], flags[:-1]]))) if flags.size else 0
-    percentiles = np.percentile(latencies, [50, 95, 99]) if latencies.size else np.zeros(3)
+    fallback_frames, onsets = _fallback_totals(fallback_flags, fallback_counts)
     return {
         "record_id": record_id,
         "vin": vin,
@@ -135,31 +128,58 @@ def telemetry_record(
         "cohort": cohort,
         "recorded_at": recorded_at,
         "frames": len(confidences),
-        "latency_ms_p50": round(float(percentiles[0]), 4),
-        "latency_ms_p95": round(float(percentiles[1]), 4),
-        "latency_ms_p99": round(float(percentiles[2]), 4),
+        **_latency_fields(latencies_ms),
         "confidence_histogram": confidence_histogram(confidences, settings.confidence_bins),
         "fallback_frames": fallback_frames,
         "fallback_events": onsets,
         "near_misses": int(near_misses),
         "collisions": int(collisions),
         "hard_brakes": int(hard_brakes),
-        **(
-            {
-                "shadow_engine_sha256": shadow[0],
-                "shadow_frames": int(shadow[1]),
-                "shadow_agreements": int(shadow[2]),
-            }
-            if shadow is not None
-            else {}
-        ),
-        **(
-            {name: degradation.get(name, default) for name, default in DEGRADATION_DEFAULTS.items()}
-            if degradation is not None
-            else {}
-        ),
-        **(outbox_fields(outbox) if outbox is not None else {}),
+        **_optional_fields(shadow, degradation, outbox),
     }
+
+
+def _fallback_totals(
+    flags: Sequence[bool] | None, counts: tuple[int, int] | None
+) -> tuple[int, int]:
+    """(fallback frames, activations) from totals when known, else from per-frame flags."""
+    if counts is not None:
+        frames, onsets = (int(count) for count in counts)
+        return frames, onsets
+    flagged = np.asarray(flags if flags is not None else [], dtype=bool)
+    onsets = int(np.sum(flagged & ~np.concatenate([[False], flagged[:-1]]))) if flagged.size else 0
+    return int(flagged.sum()), onsets
+
+
+def _latency_fields(latencies_ms: Sequence[float]) -> dict[str, float]:
+    latencies = np.asarray(latencies_ms, dtype=float)
+    percentiles = np.percentile(latencies, [50, 95, 99]) if latencies.size else np.zeros(3)
+    return {
+        name: round(float(value), 4)
+        for name, value in zip(LATENCY_FIELDS, percentiles, strict=True)
+    }
+
+
+def _optional_fields(
+    shadow: tuple[str, int, int] | None,
+    degradation: Mapping[str, Any] | None,
+    outbox: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The fields older agents do not send: shadow mode, degradation, outbox (when reported)."""
+    fields: dict[str, Any] = {}
+    if shadow is not None:
+        fields.update(
+            shadow_engine_sha256=shadow[0],
+            shadow_frames=int(shadow[1]),
+            shadow_agreements=int(shadow[2]),
+        )
+    if degradation is not None:
+        fields.update(
+            {name: degradation.get(name, default) for name, default in DEGRADATION_DEFAULTS.items()}
+        )
+    if outbox is not None:
+        fields.update(outbox_fields(outbox))
+    return fields
 
 
 def record_from_episode(
