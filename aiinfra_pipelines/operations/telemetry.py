@@ -323,62 +323,73 @@ def validate_uploads(
     raw record id reaches either table.
     """
     settings = settings or TelemetrySettings.load()
+    source = {"batch_id": batch_id, "source_commit": source_commit}
     accepted: list[dict[str, Any]] = []
     quarantined: list[dict[str, Any]] = []
     seen: set[str] = set()
-
-    def reject(source_key: str, index: int, record: Any, problems: list[tuple[str, str]]):
-        vin = record.get("vin") if isinstance(record, Mapping) else None
-        quarantined.append(
-            {
-                "batch_id": batch_id,
-                "source_commit": source_commit,
-                "source_key": source_key,
-                "record_index": index,
-                "vehicle_pseudonym": (
-                    pseudonymize_vin(vin, key) if isinstance(vin, str) and vin.strip() else ""
-                ),
-                "reason_codes": ",".join(dict.fromkeys(code for code, _ in problems)),
-                "reasons": json.dumps([{"code": c, "message": m} for c, m in problems]),
-            }
-        )
-
     for source_key, data in uploads:
         try:
             records = parse_upload(source_key, data)
         except TelemetryFormatError as error:
-            reject(source_key, -1, None, [("unreadable_upload", str(error))])
+            problems = [("unreadable_upload", str(error))]
+            quarantined.append(_quarantine_row(source, source_key, -1, None, problems, key))
             continue
         for index, record in enumerate(records):
             problems = check_record(record, settings)
             if not problems and record["record_id"] in seen:
                 problems = [("duplicate_record_id", "record_id repeats an earlier record")]
             if problems:
-                reject(source_key, index, record, problems)
+                quarantined.append(
+                    _quarantine_row(source, source_key, index, record, problems, key)
+                )
                 continue
             seen.add(record["record_id"])
-            row = {name: record[name] for name in RECORD_FIELDS if name != "vin"}
-            row.update(
-                {name: record.get(name, default) for name, default in SHADOW_DEFAULTS.items()}
-            )
-            row.update(
-                {name: record.get(name, default) for name, default in DEGRADATION_DEFAULTS.items()}
-            )
-            row.update(published_outbox(record))
-            row["degradation_transitions"] = json.dumps(
-                [dict(t) for t in row["degradation_transitions"]], sort_keys=True
-            )
-            row["record_id"] = hashed_record_id(record["record_id"], key)
-            row["vehicle_pseudonym"] = pseudonymize_vin(record["vin"], key)
-            row["confidence_histogram"] = [int(c) for c in record["confidence_histogram"]]
-            row.update(batch_id=batch_id, source_commit=source_commit, source_key=source_key)
-            accepted.append(row)
+            accepted.append({**_published_row(record, key), **source, "source_key": source_key})
     return ValidatedBatch(
         accepted=pd.DataFrame(accepted, columns=list(PUBLISHED_COLUMNS)).astype(
             {name: "float64" for name in LATENCY_FIELDS}
         ),
         quarantined=pd.DataFrame(quarantined, columns=list(QUARANTINE_COLUMNS)),
     )
+
+
+def _published_row(record: Mapping[str, Any], key: bytes) -> dict[str, Any]:
+    """A valid record as published: optional fields defaulted, VIN and raw id pseudonymized,
+    the transitions as JSON text."""
+    row = {name: record[name] for name in RECORD_FIELDS if name != "vin"}
+    row.update({name: record.get(name, default) for name, default in SHADOW_DEFAULTS.items()})
+    row.update({name: record.get(name, default) for name, default in DEGRADATION_DEFAULTS.items()})
+    row.update(published_outbox(record))
+    row["degradation_transitions"] = json.dumps(
+        [dict(t) for t in row["degradation_transitions"]], sort_keys=True
+    )
+    row["record_id"] = hashed_record_id(record["record_id"], key)
+    row["vehicle_pseudonym"] = pseudonymize_vin(record["vin"], key)
+    row["confidence_histogram"] = [int(c) for c in record["confidence_histogram"]]
+    return row
+
+
+def _quarantine_row(
+    source: Mapping[str, str],
+    source_key: str,
+    index: int,
+    record: Any,
+    problems: list[tuple[str, str]],
+    key: bytes,
+) -> dict[str, Any]:
+    """One rejected record (or unreadable file, ``index`` -1) with every reason; the VIN only
+    as its keyed pseudonym."""
+    vin = record.get("vin") if isinstance(record, Mapping) else None
+    return {
+        **source,
+        "source_key": source_key,
+        "record_index": index,
+        "vehicle_pseudonym": (
+            pseudonymize_vin(vin, key) if isinstance(vin, str) and vin.strip() else ""
+        ),
+        "reason_codes": ",".join(dict.fromkeys(code for code, _ in problems)),
+        "reasons": json.dumps([{"code": c, "message": m} for c, m in problems]),
+    }
 
 
 def telemetry_summary(accepted: pd.DataFrame) -> pd.DataFrame:
