@@ -16,6 +16,7 @@ kept in ``source`` and never changes the scenario's version.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -73,49 +74,70 @@ def fleet_regression_scenarios(
         set(badcases["log_id"].astype(str) if "log_id" in badcases.columns else [])
         | set(failures["log_id"].astype(str))
     )
-    candidates: list[tuple[str, int, Scenario]] = []
-    for log_id in log_ids:
-        index_rows = _rows(scene_index, log_id)
-        badcase_rows = _rows(badcases, log_id)
-        failure_rows = _rows(failures, log_id)
-        tags = _tags(log_id, index_rows, badcase_rows)
-        commit = (
-            str(index_rows["source_commit"].iloc[0])
-            if "source_commit" in index_rows.columns and len(index_rows)
-            else ""
-        )
-        kind = KIND_FLEET_FAILURE if len(failure_rows) else KIND_BADCASE
-        levels = scenario_settings.traffic_levels(tags["road_type"])
-        fields: dict[str, Any] = {
-            **tags,
-            "traffic": section.traffic if section.traffic in levels else "normal",
-            "duration_s": section.duration_s,
-            "seed": derived_seed(log_id, commit),
-        }
-        if (
-            kind == KIND_FLEET_FAILURE
-            and tags["road_type"] in scenario_settings.scripted_event_road_types
-        ):
-            fields["events"] = [_failure_hazard(section, failure_rows)]
-        scenario_id = scenario_id_for_log(log_id)
-        candidates.append(
-            (
-                scenario_id,
-                len(failure_rows) or len(badcase_rows),
-                build_scenario(
-                    fields,
-                    scenario_id=scenario_id,
-                    kind=kind,
-                    family=kind,
-                    description=f"{kind.replace('_', ' ')} from drive log {log_id}",
-                    source=_provenance(log_id, commit, badcase_rows, failure_rows, flags),
-                    where=f"regression scenario {scenario_id}",
-                    config=config,
-                    fleet=fleet,
-                ),
-            )
-        )
+    sources = _FleetSources(scene_index, badcases, failures, tuple(flags))
+    candidates = [
+        _log_candidate(log_id, sources, scenario_settings, section, config, fleet)
+        for log_id in log_ids
+    ]
     return _capped(candidates, in_library, section.max_per_condition)
+
+
+@dataclass(frozen=True)
+class _FleetSources:
+    """The fleet tables a log's scenario is derived from, and the failure flags present."""
+
+    scene_index: pd.DataFrame
+    badcases: pd.DataFrame
+    failures: pd.DataFrame
+    flags: tuple[str, ...]
+
+
+def _log_candidate(
+    log_id: str,
+    sources: _FleetSources,
+    scenario_settings: ScenarioSettings,
+    section: RegressionScenarioSettings,
+    config: dict[str, Any] | None,
+    fleet: FleetConfig | None,
+) -> tuple[str, int, Scenario]:
+    """(scenario id, frames that made it, scenario) for one log: a fleet failure when a failure
+    flag fired on it (replaying the hazard where the road supports scripted events), else a
+    badcase, under the log's own conditions and a seed derived from the log."""
+    index_rows = _rows(sources.scene_index, log_id)
+    badcase_rows = _rows(sources.badcases, log_id)
+    failure_rows = _rows(sources.failures, log_id)
+    tags = _tags(log_id, index_rows, badcase_rows)
+    commit = (
+        str(index_rows["source_commit"].iloc[0])
+        if "source_commit" in index_rows.columns and len(index_rows)
+        else ""
+    )
+    kind = KIND_FLEET_FAILURE if len(failure_rows) else KIND_BADCASE
+    levels = scenario_settings.traffic_levels(tags["road_type"])
+    fields: dict[str, Any] = {
+        **tags,
+        "traffic": section.traffic if section.traffic in levels else "normal",
+        "duration_s": section.duration_s,
+        "seed": derived_seed(log_id, commit),
+    }
+    if (
+        kind == KIND_FLEET_FAILURE
+        and tags["road_type"] in scenario_settings.scripted_event_road_types
+    ):
+        fields["events"] = [_failure_hazard(section, failure_rows)]
+    scenario_id = scenario_id_for_log(log_id)
+    scenario = build_scenario(
+        fields,
+        scenario_id=scenario_id,
+        kind=kind,
+        family=kind,
+        description=f"{kind.replace('_', ' ')} from drive log {log_id}",
+        source=_provenance(log_id, commit, badcase_rows, failure_rows, list(sources.flags)),
+        where=f"regression scenario {scenario_id}",
+        config=config,
+        fleet=fleet,
+    )
+    return scenario_id, len(failure_rows) or len(badcase_rows), scenario
 
 
 def _capped(
