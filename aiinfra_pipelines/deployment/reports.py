@@ -155,40 +155,11 @@ def engine_benchmark_report(
 ) -> dict[str, Any]:
     """Latency/throughput/memory of every engine on the target's backend; the shipped one gated."""
     platform = check_target_hardware(target)
-    bench, trt = settings.benchmark, settings.tensorrt
-    options = {
-        "batch_size": bench.serving_batch,
-        "intra_op_threads": target.intra_op_threads,
-        "cache_dir": trt.cache_dir,
-        "opt_batch": bench.serving_batch,
-        "max_batch": trt.max_batch,
-        "workspace_mb": trt.workspace_mb,
+    bench = settings.benchmark
+    stats = {
+        precision: _measure(onnx_bytes, precision, images, platform, target, settings, spec)
+        for precision, onnx_bytes in engines.items()
     }
-    stats: dict[str, LatencyStats] = {}
-    for precision, onnx_bytes in engines.items():
-        probe = None
-        if platform["backend"] == "onnxruntime":
-            probe = partial(
-                probe_peak_memory_mb,
-                onnx_bytes,
-                images,
-                backend="onnxruntime",
-                precision=precision,
-                serving_batch=bench.serving_batch,
-                intra_op_threads=target.intra_op_threads,
-            )
-        stats[precision] = measure_engine(
-            lambda b=onnx_bytes, p=precision: create_engine(
-                b, spec, backend=platform["backend"], precision=p, **options
-            ),
-            images,
-            precision=precision,
-            iterations=bench.iterations,
-            warmup=bench.warmup,
-            serving_batch=bench.serving_batch,
-            throughput_iterations=bench.throughput_iterations,
-            memory_probe=probe,
-        )
     if target.ship_precision not in stats:
         raise ValueError(f"no {target.ship_precision} engine to gate for target {target.name}")
     shipped = stats[target.ship_precision]
@@ -218,6 +189,50 @@ def engine_benchmark_report(
         "engines": {precision: entry.to_dict() for precision, entry in stats.items()},
         "ratios": ratios_to_fp32(stats),
     }
+
+
+def _measure(
+    onnx_bytes: bytes,
+    precision: str,
+    images,
+    platform: Mapping[str, Any],
+    target: DeploymentTarget,
+    settings: DeploymentSettings,
+    spec: PerceptionSpec,
+) -> LatencyStats:
+    """One engine's latency, throughput and (on onnxruntime, in a child process) peak memory."""
+    bench, trt = settings.benchmark, settings.tensorrt
+    options = {
+        "batch_size": bench.serving_batch,
+        "intra_op_threads": target.intra_op_threads,
+        "cache_dir": trt.cache_dir,
+        "opt_batch": bench.serving_batch,
+        "max_batch": trt.max_batch,
+        "workspace_mb": trt.workspace_mb,
+    }
+    probe = None
+    if platform["backend"] == "onnxruntime":
+        probe = partial(
+            probe_peak_memory_mb,
+            onnx_bytes,
+            images,
+            backend="onnxruntime",
+            precision=precision,
+            serving_batch=bench.serving_batch,
+            intra_op_threads=target.intra_op_threads,
+        )
+    return measure_engine(
+        lambda: create_engine(
+            onnx_bytes, spec, backend=platform["backend"], precision=precision, **options
+        ),
+        images,
+        precision=precision,
+        iterations=bench.iterations,
+        warmup=bench.warmup,
+        serving_batch=bench.serving_batch,
+        throughput_iterations=bench.throughput_iterations,
+        memory_probe=probe,
+    )
 
 
 def ratios_to_fp32(stats: Mapping[str, LatencyStats]) -> dict[str, float]:
