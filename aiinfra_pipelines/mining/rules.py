@@ -169,15 +169,7 @@ def score_frames(
     occupied = np.asarray(predictions.occupancy) >= threshold
     confidence = np.asarray(predictions.confidence, dtype=np.float64)
     flips = flip_counts(frames, occupied, cfg.max_frame_gap_s)
-    if labels is not None:
-        label_occupied = np.asarray(labels[0]) >= 0.5
-        disagreement = (occupied != label_occupied).reshape(n, -1).mean(axis=1)
-        label_gap_m = np.asarray(labels[1], dtype=np.float64) * spec.max_range_m
-        gap_error = np.abs(np.asarray(predictions.lead_gap_m, dtype=np.float64) - label_gap_m)
-    else:
-        disagreement = np.full(n, np.nan)
-        gap_error = np.full(n, np.nan)
-
+    disagreement, gap_error = _label_errors(occupied, predictions, labels, spec)
     flag_matrix = (
         context[[f"event_{r}" for r in event_rules]].to_numpy(dtype=bool)
         if event_rules
@@ -209,6 +201,24 @@ def score_frames(
         for row in flag_matrix
     ]
     return scored[list(BADCASE_COLUMNS)]
+
+
+def _label_errors(
+    occupied: np.ndarray,
+    predictions: Predictions,
+    labels: tuple[np.ndarray, np.ndarray] | None,
+    spec: PerceptionSpec,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per frame: the share of occupancy cells that disagree with the auto-label, and the
+    lead-gap error in metres (NaN without an auto-label: the rule does not apply there)."""
+    n = len(occupied)
+    if labels is None:
+        return np.full(n, np.nan), np.full(n, np.nan)
+    label_occupied = np.asarray(labels[0]) >= 0.5
+    disagreement = (occupied != label_occupied).reshape(n, -1).mean(axis=1)
+    label_gap_m = np.asarray(labels[1], dtype=np.float64) * spec.max_range_m
+    gap_error = np.abs(np.asarray(predictions.lead_gap_m, dtype=np.float64) - label_gap_m)
+    return disagreement, gap_error
 
 
 def mine_badcases(
