@@ -15,7 +15,7 @@ import pandas as pd
 from aiinfra_pipelines.release.shadow import shadow_agreement
 
 from .outbox_telemetry import outbox_by_vehicle
-from .telemetry import ValidatedBatch, telemetry_summary
+from .telemetry_intake import ValidatedBatch, telemetry_summary
 
 QUARANTINE_COLUMNS = ["source_key", "record_index", "reason_codes", "reasons"]
 

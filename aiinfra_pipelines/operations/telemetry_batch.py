@@ -16,7 +16,8 @@ from aiinfra_pipelines.lake.publish import publish_with_run_branch
 from aiinfra_pipelines.release.rollout_telemetry import TELEMETRY_COMMIT_KIND
 
 from .landing import read_uploads
-from .telemetry import TelemetrySettings, ValidatedBatch, validate_uploads
+from .telemetry import TelemetrySettings
+from .telemetry_intake import ValidatedBatch, validate_uploads
 
 TELEMETRY_QUARANTINE_PREFIX = "telemetry/quarantine/"
 

@@ -18,11 +18,10 @@ from aiinfra_pipelines.operations.assets import (
     telemetry_records_key,
 )
 from aiinfra_pipelines.operations.landing import discover_telemetry, land_telemetry
-from aiinfra_pipelines.operations.telemetry import (
-    TelemetrySettings,
-    check_record,
+from aiinfra_pipelines.operations.telemetry import TelemetrySettings, record_from_episode
+from aiinfra_pipelines.operations.telemetry_checks import check_record
+from aiinfra_pipelines.operations.telemetry_intake import (
     parse_upload,
-    record_from_episode,
     telemetry_summary,
     validate_uploads,
 )

@@ -7,13 +7,10 @@ import json
 import pytest
 
 from aiinfra_pipelines.fleet.episode_metrics import EpisodeMetrics
-from aiinfra_pipelines.operations.telemetry import (
-    DEGRADATION_DEFAULTS,
-    TelemetrySettings,
-    check_record,
-    record_from_episode,
-    validate_uploads,
-)
+from aiinfra_pipelines.operations.telemetry import TelemetrySettings, record_from_episode
+from aiinfra_pipelines.operations.telemetry_checks import check_record
+from aiinfra_pipelines.operations.telemetry_intake import validate_uploads
+from aiinfra_pipelines.operations.telemetry_schema import DEGRADATION_DEFAULTS
 from aiinfra_pipelines_tests.support.operations_lake import ANON_KEY, fleet_vins, telemetry_records
 
 SETTINGS = TelemetrySettings.load()

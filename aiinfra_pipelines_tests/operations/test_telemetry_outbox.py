@@ -20,7 +20,8 @@ from aiinfra_pipelines.operations.assets import (
 )
 from aiinfra_pipelines.operations.landing import land_telemetry
 from aiinfra_pipelines.operations.outbox_telemetry import OUTBOX_DEFAULTS, outbox_fields
-from aiinfra_pipelines.operations.telemetry import TelemetrySettings, check_record
+from aiinfra_pipelines.operations.telemetry import TelemetrySettings
+from aiinfra_pipelines.operations.telemetry_checks import check_record
 from aiinfra_pipelines.vehicle.outbox import Outbox
 from aiinfra_pipelines.vehicle.outbox_settings import OutboxSettings
 from aiinfra_pipelines_tests.support.operations_lake import ANON_KEY_HEX, fleet_vins

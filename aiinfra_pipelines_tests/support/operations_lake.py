@@ -286,7 +286,7 @@ def telemetry_records(
 
 def published_records(records: Sequence[dict[str, Any]], batch: str = "ingest-b") -> Any:
     """``records`` as ``fleet_telemetry`` publishes them (validated, pseudonymized)."""
-    from aiinfra_pipelines.operations.telemetry import validate_uploads
+    from aiinfra_pipelines.operations.telemetry_intake import validate_uploads
 
     data = json.dumps(list(records)).encode()
     batch_result = validate_uploads(
