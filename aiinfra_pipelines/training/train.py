@@ -12,8 +12,7 @@ Only global rank 0 talks to MLflow and writes into ``checkpoint_dir``; the same 
 a CPU laptop, one GPU, or several under DDP (``resources/training.yaml`` trainer section).
 
 The parts live in modules of their own: :mod:`.settings` (the recipe), :mod:`.checkpointing`,
-:mod:`.tracking` (MLflow), :mod:`.trainer` (the Lightning Trainer) and :mod:`.evaluation`;
-the names other code imported from here are re-exported.
+:mod:`.tracking` (MLflow), :mod:`.trainer` (the Lightning Trainer) and :mod:`.evaluation`.
 """
 
 from __future__ import annotations
@@ -33,10 +32,6 @@ from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.network import PerceptionNet
 
 from .checkpointing import (
-    LAST_CHECKPOINT,
-    LOCK_FILE,
-    RUN_ID_FILE,
-    DurableCheckpointIO,
     completed_epochs,
     exclusive,
     resume_point,
@@ -45,37 +40,15 @@ from .datamodule import PerceptionDataModule
 from .evaluation import evaluate_network
 from .module import PerceptionModule
 from .resources import mlflow_tracking_uri as tracking_uri_scope
-from .settings import CONFIG_FILE, flatten_params, load_training_config
+from .settings import flatten_params, load_training_config
 from .tracking import (
-    RESUMED_TAG,
     MlflowEpochLogger,
-    RegisteredVersion,
     TrackedRun,
     record_outcome,
-    register_model_version,
     tracked_run,
 )
 from .trainer import build_trainer, fit, preserved_torch_determinism
 from .warm_start import WarmStart, fits, warm_start_settings
-
-__all__ = [
-    "CONFIG_FILE",
-    "LAST_CHECKPOINT",
-    "LOCK_FILE",
-    "RESUMED_TAG",
-    "RUN_ID_FILE",
-    "DurableCheckpointIO",
-    "MlflowEpochLogger",
-    "RegisteredVersion",
-    "TrainingResult",
-    "WarmStart",
-    "completed_epochs",
-    "evaluate_network",
-    "flatten_params",
-    "load_training_config",
-    "register_model_version",
-    "train_perception_model",
-]
 
 logger = logging.getLogger(__name__)
 

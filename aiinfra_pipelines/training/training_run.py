@@ -88,7 +88,8 @@ def train_and_register(
 ) -> TrainedModel:
     """Train on the newest training dataset on ``main`` and register the result in MLflow."""
     # Imported here: Lightning and MLflow cost seconds, and every run process loads this module.
-    from .train import register_model_version, train_perception_model
+    from .tracking import register_model_version
+    from .train import train_perception_model
     from .warm_start import reference_warm_start
 
     pointer, frames = latest_training_frames(lake)
