@@ -20,12 +20,12 @@ from aiinfra_pipelines.lake.layout import candidate_engine_key, candidate_report
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import root_run_id_of
 from aiinfra_pipelines.perception.contract import perception_spec
+from aiinfra_pipelines.training.identity import CandidateIdentity
 from aiinfra_pipelines.training.resources import MlflowTracking
 
 from .frames import labelled_frames
 from .metadata import benchmark_metadata, parity_metadata, quantized_metadata
 from .parity import comparison_markdown
-from .payloads import CandidateIdentity
 from .publishing import (
     LATENCY_CHECK,
     OFFLINE_GATE,

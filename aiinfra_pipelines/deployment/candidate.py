@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .payloads import IDENTITY_FIELDS, CandidateIdentity
+from aiinfra_pipelines.training.identity import IDENTITY_FIELDS, CandidateIdentity
 
 
 def identity(model: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,9 +23,10 @@ from aiinfra_pipelines.lake.layout import (
 )
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import publish_with_run_branch
+from aiinfra_pipelines.training.identity import CandidateIdentity
 
 from .candidate import build_manifest
-from .payloads import CandidateIdentity, StagedObject
+from .payloads import StagedObject
 from .reports import BENCHMARK_GATE, PARITY_GATE
 from .settings import DeploymentSettings, environment_target
 from .staging import read_staged

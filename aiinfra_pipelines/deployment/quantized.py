@@ -17,9 +17,10 @@ from aiinfra_pipelines.datasets.settings import CalibrationGates
 from aiinfra_pipelines.lake.layout import candidate_engine_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.perception.contract import perception_spec
+from aiinfra_pipelines.training.identity import CandidateIdentity
 
 from .frames import labelled_frames, require_calibration_coverage
-from .payloads import CandidateIdentity, StagedObject
+from .payloads import StagedObject
 from .settings import (
     DeploymentSettings,
     DeploymentTarget,

@@ -17,10 +17,10 @@ import pandas as pd
 from aiinfra_pipelines.config import PROJECT_ROOT
 from aiinfra_pipelines.datasets.assets import TRAINING_LATEST
 from aiinfra_pipelines.datasets.loading import load_frames
-from aiinfra_pipelines.deployment.payloads import CandidateIdentity
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 
+from .identity import CandidateIdentity
 from .resources import MlflowTracking
 
 

@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 
 from aiinfra_pipelines.deployment.candidate import identity
-from aiinfra_pipelines.deployment.payloads import IDENTITY_FIELDS, CandidateIdentity, StagedObject
+from aiinfra_pipelines.deployment.payloads import StagedObject
 from aiinfra_pipelines.deployment.publishing import (
     LATENCY_CHECK,
     PARITY_CHECK,
@@ -32,6 +32,7 @@ from aiinfra_pipelines.lake.layout import (
 )
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.publish import ensure_run_branch
+from aiinfra_pipelines.training.identity import IDENTITY_FIELDS, CandidateIdentity
 
 LINEAGE = {
     "model_version": "7",
