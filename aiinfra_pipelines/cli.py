@@ -310,6 +310,40 @@ def trace(
     render_trace(result, console)
 
 
+@app.command("query")
+def query(
+    expression: str = typer.Argument(
+        ..., help='e.g. "weather=fog AND road_type=merge AND event:low_ttc AND speed_mps>20"'
+    ),
+    ref: str = typer.Option("main", "--ref", help="lake branch, tag or commit to query"),
+    limit: int = typer.Option(0, "--limit", min=0, help="at most this many rows (0: all)"),
+    include_index_only: bool = typer.Option(
+        False, "--include-index-only", help="also segments whose raw log is still on the car"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout"),
+) -> None:
+    """Scene-index frames matching a query (fields: the index's columns; event:NAME; AND, OR,
+    NOT, parentheses). Exits 2 for a query that cannot run."""
+    from aiinfra_pipelines.curation.query import QueryError, query_scene_index
+    from aiinfra_pipelines.curation.query_view import render_query_result, result_json
+    from aiinfra_pipelines.lake.errors import NotFoundError
+
+    lake = _lake()
+    try:
+        result = query_scene_index(
+            lake, expression, ref, limit=limit or None, include_index_only=include_index_only
+        )
+    except QueryError as error:
+        typer.echo(f"query error: {error.message}", err=True)
+        raise typer.Exit(code=2) from None
+    except NotFoundError:
+        raise typer.BadParameter(f"no lake ref {ref!r}", param_hint="--ref") from None
+    if as_json:
+        typer.echo(result_json(result, ref))
+        return
+    render_query_result(result, ref, console)
+
+
 @app.command("demo")
 def demo(
     vehicles: int = typer.Option(None, min=1, help="cars (default: resources/demo.yaml)"),
