@@ -1,4 +1,5 @@
-"""The ``aiinfra`` command: the demo loop, the simulated fleet, the lake, and status.
+"""The ``aiinfra`` command: the demo loop, the simulated fleet, the lake, scene queries, pulls,
+traces and status.
 
 Every command works on the environment's resources (``AIINFRA_ENV``, default local), so the
 same commands inspect a laptop's LocalLake or a production lakeFS.
