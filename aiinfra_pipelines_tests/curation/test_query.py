@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from aiinfra_pipelines import cli
 from aiinfra_pipelines.cli import app
 from aiinfra_pipelines.curation.query import query_frame, query_scene_index
 from aiinfra_pipelines.curation.query_compiler import compile_query
@@ -320,7 +319,9 @@ runner = CliRunner()
 
 def test_cli_query_json_table_and_errors(lake, published, monkeypatch) -> None:
     _, second = published
-    monkeypatch.setattr(cli.console, "width", 200)  # a table wider than the runner's 80 columns
+    # The CLI's rich console reads COLUMNS on every print; setting its width instead would
+    # leave it pinned after the test (monkeypatch restores a property by setting it).
+    monkeypatch.setenv("COLUMNS", "200")
     result = runner.invoke(app, ["query", QUERY, "--json"], terminal_width=200)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
