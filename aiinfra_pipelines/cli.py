@@ -1,5 +1,5 @@
 """The ``aiinfra`` command: the demo loop, the simulated fleet, the lake, scene queries, pulls,
-traces and status.
+trigger proposals, traces, retention plans and status.
 
 Every command works on the environment's resources (``AIINFRA_ENV``, default local), so the
 same commands inspect a laptop's LocalLake or a production lakeFS.
@@ -31,6 +31,11 @@ pull_app = typer.Typer(
 )
 app.add_typer(logs_app, name="logs")
 app.add_typer(pull_app, name="pull")
+triggers_app = typer.Typer(
+    help="Trigger config proposals: list, approve (recorded on the lake), ship over OTA.",
+    no_args_is_help=True,
+)
+app.add_typer(triggers_app, name="triggers")
 console = Console()
 
 
@@ -279,6 +284,72 @@ def pull_list(
     console.print(table)
 
 
+@triggers_app.command("list")
+def triggers_list() -> None:
+    """Every proposed trigger config version, its rules and who approved it."""
+    from aiinfra_pipelines.lake.layout import MAIN_BRANCH, trigger_approval_key
+    from aiinfra_pipelines.release.trigger_ota import (
+        latest_proposal_version,
+        proposed_versions,
+        read_proposal,
+    )
+
+    lake = _lake()
+    latest = latest_proposal_version(lake)
+    table = Table("version", "base", "rules (slice: expected frames/h)", "state", "approved by")
+    for version in proposed_versions(lake):
+        proposal = read_proposal(lake, version) or {}
+        approval = lake.get_json_or_none(MAIN_BRANCH, trigger_approval_key(version))
+        rules = ", ".join(
+            f"{rule['slice']}: {rule['expected_yield']['expected_frames_per_hour']}"
+            for rule in proposal.get("rules", [])
+        )
+        state = "approved" if approval else ("latest" if version == latest else "superseded")
+        who = f"{approval['approved_by']} at {approval['approved_at']}" if approval else ""
+        table.add_row(version, proposal.get("base_version", ""), escape(rules), state, escape(who))
+    console.print(table)
+
+
+@triggers_app.command("approve")
+def triggers_approve(
+    version: str = typer.Argument(..., help="the proposed trigger config version"),
+    approved_by: str = typer.Option(..., "--by", help="who approves (recorded on the lake)"),
+) -> None:
+    """Record an approval of the latest proposal; unknown or superseded versions are refused."""
+    from aiinfra_pipelines.release.trigger_ota import TriggerApprovalError, approve_trigger_proposal
+
+    run_id = "cli-triggers-approve-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    try:
+        approval = approve_trigger_proposal(_lake(), version, approved_by, root_run_id=run_id)
+    except TriggerApprovalError as error:
+        typer.echo(f"refused: {error}", err=True)
+        raise typer.Exit(code=1) from None
+    console.print(
+        f"trigger config {escape(version)} approved by {escape(approval['approved_by'])} at "
+        f"{approval['approved_at']}; ship it with `aiinfra triggers ship`"
+    )
+
+
+@triggers_app.command("ship")
+def triggers_ship() -> None:
+    """Sign the newest approved trigger config into the OTA repository beside the engines."""
+    _default_dagster_home()
+    from aiinfra_pipelines.environment import build_resources
+    from aiinfra_pipelines.release.trigger_ota import ship_trigger_config
+
+    resources = build_resources()
+    lake = resources["lake"]
+    lake.ensure_repository()
+    run_id = "cli-triggers-ship-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    publication = ship_trigger_config(lake, resources["release_keys"], root_run_id=run_id)
+    if publication is None:
+        typer.echo("nothing approved: no trigger config shipped", err=True)
+        raise typer.Exit(code=1)
+    for path, custom in sorted(publication.trigger_targets.items()):
+        console.print(f"{path}: {custom['trigger_config_version']}")
+    console.print(f"OTA metadata versions {publication.versions}")
+
+
 @app.command("status")
 def status() -> None:
     """What the lake holds: ingest branches, published frames by slice, quarantine."""
@@ -309,6 +380,23 @@ def trace(
         console.print(f"[red]{escape(str(error))}[/]")
         raise typer.Exit(code=1) from None
     render_trace(result, console)
+
+
+@app.command("retention")
+def retention(
+    as_json: bool = typer.Option(False, "--json", help="the plan as JSON, for scripts"),
+) -> None:
+    """What retention would delete now and what it keeps, with the lineage that keeps it (a dry
+    run: nothing is deleted or recorded)."""
+    import json
+
+    from aiinfra_pipelines.operations.retention import plan_retention, render_plan
+
+    plan = plan_retention(_lake(), datetime.now(UTC))
+    if as_json:
+        typer.echo(json.dumps(plan.to_record(), indent=2, sort_keys=True))
+    else:
+        render_plan(plan, console)
 
 
 @app.command("query")
@@ -343,6 +431,43 @@ def query(
         typer.echo(result_json(result, ref))
         return
     render_query_result(result, ref, console)
+
+
+@app.command("similar")
+def similar(
+    frame: str = typer.Argument(..., help="the frame to match: <log_id>:<frame_index>"),
+    k: int = typer.Option(
+        None, "-k", "--k", help="neighbours, itself included (default: similarity.yaml)"
+    ),
+    ref: str = typer.Option("main", "--ref", help="lake branch, tag or commit of the index"),
+    as_json: bool = typer.Option(False, "--json", help="a JSON list of neighbours on stdout"),
+) -> None:
+    """Frames most like FRAME by the deployed engine's embeddings (cosine distance), with each
+    one's slice and events and the lake commit the index was built from. Exits 2 for a query
+    that cannot run."""
+    from aiinfra_pipelines.curation.similarity import UnknownFrameError
+    from aiinfra_pipelines.curation.similarity_query import FrameSyntaxError, similar_frames
+    from aiinfra_pipelines.curation.similarity_settings import SimilaritySettings
+    from aiinfra_pipelines.curation.similarity_store import NoSimilarityIndexError
+    from aiinfra_pipelines.curation.similarity_view import render_similar, similar_json
+    from aiinfra_pipelines.lake.errors import NotFoundError
+
+    settings = SimilaritySettings.load()
+    k = settings.default_k if k is None else k
+    if not 1 <= k <= settings.max_k:
+        typer.echo(f"similar error: -k must be in [1, {settings.max_k}], got {k}", err=True)
+        raise typer.Exit(code=2)
+    try:
+        result = similar_frames(_lake(), frame, k, ref)
+    except (FrameSyntaxError, UnknownFrameError, NoSimilarityIndexError) as error:
+        typer.echo(f"similar error: {error}", err=True)
+        raise typer.Exit(code=2) from None
+    except NotFoundError:
+        raise typer.BadParameter(f"no lake ref {ref!r}", param_hint="--ref") from None
+    if as_json:
+        typer.echo(similar_json(result))
+        return
+    render_similar(result, ref, console)
 
 
 @app.command("demo")

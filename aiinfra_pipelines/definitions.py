@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from aiinfra_pipelines.curation import definitions as curation_layer
 from aiinfra_pipelines.datasets import definitions as dataset_layer
 from aiinfra_pipelines.deployment import definitions as deployment_layer
 from aiinfra_pipelines.environment import build_resources, load_environment
@@ -45,6 +46,7 @@ def build_definitions(environment: str | None = None) -> dg.Definitions:
     return dg.Definitions.merge(
         ingest_layer.defs,
         mining_layer.defs,
+        curation_layer.defs,
         dataset_layer.defs,
         training_layer.defs,
         evaluation_layer.defs,

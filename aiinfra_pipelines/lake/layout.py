@@ -72,3 +72,54 @@ PUBLISHED_TELEMETRY_PREFIX = "telemetry/records/"
 OTA_PREFIX = "ota/"
 OTA_METADATA_PREFIX = f"{OTA_PREFIX}metadata/"
 OTA_TARGETS_PREFIX = f"{OTA_PREFIX}targets/"
+
+
+def training_manifest_key(dataset_version: str) -> str:
+    """The manifest of one training dataset version (at the commit its tag points at)."""
+    return f"{DATASETS_PREFIX}training/{dataset_version}/manifest.json"
+
+
+# Retention (operations): every plan a run computed, and every approved deletion with what it
+# removed, kept on ``main`` as the audit trail of what raw data left the lake and who said so.
+RETENTION_PREFIX = "operations/retention/"
+
+
+def retention_plan_key(stamp: str, digest: str) -> str:
+    return f"{RETENTION_PREFIX}plans/{stamp}-{digest[:16]}.json"
+
+
+def retention_approval_key(stamp: str, digest: str) -> str:
+    return f"{RETENTION_PREFIX}approvals/{stamp}-{digest[:16]}.json"
+
+
+# Trigger config proposals (curation proposes, a person approves, release ships them as signed
+# OTA targets): one document per proposed version, ``latest.json`` names the newest (an older
+# proposal is superseded and can no longer be approved), one approval record per version.
+TRIGGER_PROPOSALS_PREFIX = "release/triggers/proposals/"
+LATEST_TRIGGER_PROPOSAL_KEY = f"{TRIGGER_PROPOSALS_PREFIX}latest.json"
+TRIGGER_APPROVALS_PREFIX = "release/triggers/approvals/"
+
+
+def trigger_proposal_key(version: str) -> str:
+    return f"{TRIGGER_PROPOSALS_PREFIX}{version}.json"
+
+
+def trigger_approval_key(version: str) -> str:
+    return f"{TRIGGER_APPROVALS_PREFIX}{version}.json"
+
+
+# Frame similarity (curation): the index over one engine's frame embeddings, kept on ``main``
+# so each update appends only batches published since. ``state.json`` names the engine, the
+# batches indexed (with their objects' checksums) and the commit whose embeddings it holds.
+SIMILARITY_PREFIX = "curation/similarity/"
+SIMILARITY_STATE_KEY = f"{SIMILARITY_PREFIX}state.json"
+SIMILARITY_INDEX_KEY = f"{SIMILARITY_PREFIX}index.faiss"
+SIMILARITY_KEYS_KEY = f"{SIMILARITY_PREFIX}keys.parquet"
+# "More like this" requests from the launchpad: one result table per request, ``latest.json``
+# names the newest (the fleet scenario library grows from it).
+MORE_LIKE_THIS_PREFIX = "curation/more_like_this/"
+LATEST_MORE_LIKE_THIS_KEY = f"{MORE_LIKE_THIS_PREFIX}latest.json"
+
+
+def more_like_this_result_key(request_id: str) -> str:
+    return f"{MORE_LIKE_THIS_PREFIX}{request_id}.parquet"

@@ -5,6 +5,10 @@ is labelled and mined once, so mining cost grows with new frames only. The batch
 worked one at a time (a log's frames are the unit the temporal rules need, and memory stays
 bounded by one log). Re-materializing a batch with the same deployed engine reuses the recorded
 result instead of running inference again.
+
+``mined_badcases`` and ``frame_embeddings`` are one multi-asset (op ``mine_batch``): the engine
+run that judges a frame also returns its embedding (``mining.embeddings``), so recording every
+frame's embedding for similarity search costs no second inference.
 """
 
 from collections.abc import Iterator
@@ -20,11 +24,12 @@ from aiinfra_pipelines.lake.io_manager import asset_object_base
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import read_ref, root_run_id_of
 from aiinfra_pipelines.lake.publish_asset import build_publish_asset
-from aiinfra_pipelines.perception.contract import perception_spec
+from aiinfra_pipelines.perception.contract import EMBEDDING_OUTPUT, perception_spec
 from aiinfra_pipelines.perception.deployed import load_deployed_engine
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
-from .engine_runner import perceive_frames
+from .embeddings import concat_embedding_tables, embedding_table
+from .engine_runner import engine_has_embedding, perceive_frames_with_embeddings
 from .label_qc import held_back_frames, label_agreement, qc_summary
 from .rules import BADCASE_COLUMNS, badcase_summary, mine_badcases
 from .settings import EngineSettings, mining_config_version
@@ -107,11 +112,15 @@ def auto_labels(
 
 
 def _previous_result(
-    lake: VersionedLake, context: dg.AssetExecutionContext, engine_sha: str, frames: int
+    lake: VersionedLake,
+    context: dg.AssetExecutionContext,
+    asset: str,
+    engine_sha: str,
+    frames: int,
 ) -> pd.DataFrame | None:
-    """The recorded result for this log and engine, if one exists (no inference needed)."""
+    """The recorded ``asset`` partition for this batch and engine, if one exists."""
     ref = read_ref(lake, root_run_id_of(context.run))
-    key = asset_object_base(context.asset_key, context.partition_key) + ".parquet"
+    key = asset_object_base(dg.AssetKey(asset), context.partition_key) + ".parquet"
     if not lake.object_exists(ref, key):
         return None
     previous = lake.get_parquet(ref, key)
@@ -121,27 +130,111 @@ def _previous_result(
     return None
 
 
+def _previous_outputs(
+    lake: VersionedLake,
+    context: dg.AssetExecutionContext,
+    engine_sha: str,
+    frames: int,
+) -> dict[str, pd.DataFrame] | None:
+    """Every selected output as recorded for this engine, or None if any must be recomputed.
+
+    Badcases and embeddings come from one inference, so they are reused together: a batch
+    mined before embeddings were recorded runs once more to get them.
+    """
+    found = {}
+    for name in sorted(context.op_execution_context.selected_output_names):
+        previous = _previous_result(lake, context, name, engine_sha, frames)
+        if previous is None:
+            return None
+        found[name] = previous
+    return found
+
+
 def _mine_log(
     deployed: Any, frames: pd.DataFrame, index: pd.DataFrame, labels: pd.DataFrame
-) -> pd.DataFrame:
-    """One log's badcases: the engine over its frames against its teacher labels."""
+) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """One log's badcases and embeddings (None without them): one engine run over its frames."""
     spec = perception_spec()
     labels_of_log = labels.set_index("frame_index").loc[frames["frame_index"]]
-    predictions = perceive_frames(deployed.engine, frames, spec)
+    predictions, embeddings = perceive_frames_with_embeddings(deployed.engine, frames, spec)
     targets = (
         np.asarray(labels_of_log["occupancy"].tolist(), dtype=np.float32).reshape(
             len(labels_of_log), 3, spec.bins
         ),
         labels_of_log["lead_gap_norm"].to_numpy(dtype=np.float32),
     )
-    return mine_badcases(frames, index, predictions, targets, spec=spec)
+    return mine_badcases(frames, index, predictions, targets, spec=spec), embeddings
 
 
-@dg.asset(
+def _mine_batch(
+    lake: VersionedLake,
+    context: dg.AssetExecutionContext,
+    deployed: Any,
+    inputs: tuple[dict[str, Any], pd.DataFrame, pd.DataFrame],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(badcases, embeddings) of every log of the batch, log by log."""
+    anonymized_frames, scene_index, auto_labels = inputs
+    index_by_log, labels_by_log = _rows_by_log(scene_index), _rows_by_log(auto_labels)
+    sha = deployed.engine.sha256
+    parts, vectors = [], []
+    for frames in _frames_per_log(lake, context, anonymized_frames):
+        log_id = frames["log_id"].iloc[0]
+        badcases, embeddings = _mine_log(
+            deployed, frames, index_by_log[log_id], labels_by_log[log_id]
+        )
+        parts.append(badcases)
+        if embeddings is not None:
+            vectors.append(embedding_table(frames, embeddings, sha))
+    badcases = (
+        pd.concat(parts, ignore_index=True)
+        if parts
+        else pd.DataFrame(columns=list(BADCASE_COLUMNS))
+    )
+    badcases = badcases.assign(engine_version=deployed.version, engine_sha=sha)
+    return badcases, concat_embedding_tables(vectors)
+
+
+def _embeddings_metadata(deployed: Any, embeddings: pd.DataFrame) -> dict[str, Any]:
+    engine = deployed.engine
+    if not engine_has_embedding(engine):
+        note = (
+            f"missing: engine {deployed.version} ({engine.sha256[:12]}) has no "
+            f"'{EMBEDDING_OUTPUT}' output (exported before engines carried embeddings)"
+        )
+        return {"frames": 0, "embeddings": note, "engine_sha256": engine.sha256}
+    return {
+        "frames": len(embeddings),
+        "embeddings": "recorded",
+        "embedding_dim": int(getattr(engine, "embedding_dim", None) or 0),
+        "engine": deployed.version,
+        "engine_sha256": engine.sha256,
+    }
+
+
+@dg.multi_asset(
+    name="mine_batch",
     partitions_def=ingest_batch_partitions,
     group_name=GROUP,
-    kinds={"onnx", "pandas"},
-    automation_condition=EAGER,
+    can_subset=True,
+    # Not required: a run selecting one of the two (e.g. badcases and the publish step) yields
+    # only that one, and Dagster would otherwise insist on the other for the publish's deps.
+    outs={
+        "mined_badcases": dg.AssetOut(
+            is_required=False,
+            kinds={"onnx", "pandas"},
+            automation_condition=EAGER,
+            description="Hard frames for the deployed engine: low confidence, flicker, "
+            "disagreement with the teacher labels, logged events.",
+        ),
+        "frame_embeddings": dg.AssetOut(
+            is_required=False,
+            kinds={"pandas", "parquet"},
+            automation_condition=EAGER,
+            description="Every frame's embedding from the deployed engine (log_id, "
+            "frame_index, engine_sha, embedding float32 list): what similarity search indexes. "
+            "Empty, with the reason in metadata, for an engine without the embedding output.",
+        ),
+    },
 )
 def mined_badcases(
     context: dg.AssetExecutionContext,
@@ -149,47 +242,63 @@ def mined_badcases(
     anonymized_frames: dict[str, Any],
     scene_index: pd.DataFrame,
     auto_labels: pd.DataFrame,
-) -> pd.DataFrame:
-    """Hard frames for the deployed engine: low confidence, flicker, disagreement, events.
+) -> Iterator[dg.Output]:
+    """Badcases and frame embeddings of the deployed engine, from one inference per frame.
 
     Runs the production engine (the bootstrap engine before the first release) batched on
     onnxruntime over the batch's frames, log by log, once per engine: a re-run with the same
-    engine reuses the recorded result.
+    engine reuses the recorded results (badcases and embeddings alike) instead.
     """
     deployed = load_deployed_engine(lake, batch_size=EngineSettings.load().batch_size)
     frame_count = int(anonymized_frames["frames"])
-    previous = _previous_result(lake, context, deployed.engine.sha256, frame_count)
+    previous = _previous_outputs(lake, context, deployed.engine.sha256, frame_count)
     if previous is not None:
-        context.add_output_metadata(
-            {"inference": "skipped: already mined with this engine", "badcases": len(previous)}
+        outputs = _reused_outputs(previous)
+    else:
+        outputs = _fresh_outputs(
+            deployed,
+            frame_count,
+            _mine_batch(lake, context, deployed, (anonymized_frames, scene_index, auto_labels)),
         )
-        return previous
-    index_by_log, labels_by_log = _rows_by_log(scene_index), _rows_by_log(auto_labels)
-    parts = []
-    for frames in _frames_per_log(lake, context, anonymized_frames):
-        log_id = frames["log_id"].iloc[0]
-        parts.append(_mine_log(deployed, frames, index_by_log[log_id], labels_by_log[log_id]))
-    badcases = (
-        pd.concat(parts, ignore_index=True)
-        if parts
-        else pd.DataFrame(columns=list(BADCASE_COLUMNS))
-    )
-    badcases = badcases.assign(engine_version=deployed.version, engine_sha=deployed.engine.sha256)
-    badcases.attrs["aiinfra_ledger"] = {
-        "engine_sha": deployed.engine.sha256,
-        "frames": frame_count,
+    for name in sorted(context.op_execution_context.selected_output_names):
+        table, metadata = outputs[name]
+        yield dg.Output(table, name, metadata=metadata)
+
+
+Outputs = dict[str, tuple[pd.DataFrame, dict[str, Any]]]
+
+
+def _reused_outputs(previous: dict[str, pd.DataFrame]) -> Outputs:
+    skipped = {"inference": "skipped: already mined with this engine"}
+    counts = {"mined_badcases": "badcases", "frame_embeddings": "frames"}
+    return {
+        name: (table, {**skipped, counts[name]: len(table)}) for name, table in previous.items()
     }
-    summary = badcase_summary(badcases)
-    context.add_output_metadata(
-        {
-            "inference": f"ran on {frame_count} frames",
-            "engine": deployed.version,
-            "engine_sha256": deployed.engine.sha256,
-            "badcases": len(badcases),
-            "summary": dg.MetadataValue.json(summary),
-        }
-    )
-    return badcases
+
+
+def _fresh_outputs(
+    deployed: Any, frame_count: int, mined: tuple[pd.DataFrame, pd.DataFrame]
+) -> Outputs:
+    """Both outputs of a batch just mined, each with the ledger a re-run checks for reuse."""
+    badcases, embeddings = mined
+    sha = deployed.engine.sha256
+    for table in (badcases, embeddings):
+        table.attrs["aiinfra_ledger"] = {"engine_sha": sha, "frames": frame_count}
+    inference = f"ran on {frame_count} frames"
+    badcase_metadata = {
+        "inference": inference,
+        "engine": deployed.version,
+        "engine_sha256": sha,
+        "badcases": len(badcases),
+        "summary": dg.MetadataValue.json(badcase_summary(badcases)),
+    }
+    return {
+        "mined_badcases": (badcases, badcase_metadata),
+        "frame_embeddings": (
+            embeddings,
+            {"inference": inference, **_embeddings_metadata(deployed, embeddings)},
+        ),
+    }
 
 
 published_mining = build_publish_asset(
@@ -200,4 +309,4 @@ published_mining = build_publish_asset(
     automation_condition=EAGER,
 )
 
-__all__ = ["auto_labels", "mined_badcases", "published_mining"]
+__all__ = ["auto_labels", "mined_badcases", "published_mining"]  # mined_badcases: both outputs

@@ -11,6 +11,9 @@ NCHW conversion is done in one pass into a reused buffer instead of ``images_to_
 copy-then-divide (9 ms → 2 ms per 64-frame batch on the reference CPU, where the graph itself
 takes ~7–25 ms), then the engine's own ``outputs_to_predictions``. The result is bit-identical
 to ``engine.infer`` (tested); other engines (TensorRT, test doubles) go through ``infer``.
+
+``*_with_embeddings`` variants also return each frame's embedding from the same session run
+(``run_raw_with_embedding``); None for engines whose graph has no embedding output.
 """
 
 from __future__ import annotations
@@ -92,20 +95,38 @@ def images_to_input_into(images: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
+def engine_has_embedding(engine: Any) -> bool:
+    """Whether ``engine`` can return embeddings from its prediction run (new ONNX graphs)."""
+    return bool(getattr(engine, "has_embedding", False)) and hasattr(
+        engine, "run_raw_with_embedding"
+    )
+
+
 def _infer_raw(
-    engine: Any, images: np.ndarray, spec: PerceptionSpec, batch_size: int
-) -> Predictions:
-    """``engine.infer`` for engines with ``run_raw``, with one-pass preprocessing."""
+    engine: Any, images: np.ndarray, spec: PerceptionSpec, batch_size: int, embeddings: bool
+) -> tuple[Predictions, np.ndarray | None]:
+    """``engine.infer`` for engines with ``run_raw``, with one-pass preprocessing.
+
+    With ``embeddings`` the same session run also returns the embedding output.
+    """
     buffer = np.empty(
         (min(batch_size, len(images)), 3, spec.image_height, spec.image_width), dtype=np.float32
     )
-    occupancy_parts, gap_parts = [], []
+    occupancy_parts, gap_parts, embedding_parts = [], [], []
     for start in range(0, len(images), batch_size):
-        batch = images[start : start + batch_size]
-        occupancy, lead_gap = engine.run_raw(images_to_input_into(batch, buffer[: len(batch)]))
+        frames = images[start : start + batch_size]
+        batch = images_to_input_into(frames, buffer[: len(frames)])
+        if embeddings:
+            occupancy, lead_gap, embedding = engine.run_raw_with_embedding(batch)
+            embedding_parts.append(embedding)
+        else:
+            occupancy, lead_gap = engine.run_raw(batch)
         occupancy_parts.append(occupancy)
         gap_parts.append(lead_gap)
-    return outputs_to_predictions(np.concatenate(occupancy_parts), np.concatenate(gap_parts), spec)
+    predictions = outputs_to_predictions(
+        np.concatenate(occupancy_parts), np.concatenate(gap_parts), spec
+    )
+    return predictions, (np.concatenate(embedding_parts) if embeddings else None)
 
 
 def run_engine_over_frames(
@@ -124,22 +145,48 @@ def run_engine_over_frames(
     ``run_raw(batch float32 NCHW) -> (occupancy logits, lead gap)`` method take the fast path
     described in the module docstring.
     """
+    return run_engine_with_embeddings(
+        engine, frames, spec, chunk_batches=chunk_batches, config=config, embeddings=False
+    )[0]
+
+
+def run_engine_with_embeddings(
+    engine: Engine,
+    frames: pd.DataFrame,
+    spec: PerceptionSpec,
+    *,
+    chunk_batches: int | None = None,
+    config: dict[str, Any] | None = None,
+    embeddings: bool = True,
+) -> tuple[Predictions, np.ndarray | None]:
+    """``run_engine_over_frames`` plus each frame's embedding (N x D float32), one run for both.
+
+    The embeddings are None when not asked for or when the engine's graph has no embedding
+    output (engines exported before it existed): the predictions are the same either way.
+    """
     if chunk_batches is None:
         chunk_batches = EngineSettings.load(config).chunk_batches
     if chunk_batches < 1:
         raise ValueError(f"chunk_batches must be >= 1, got {chunk_batches}")
     _check_image_shape(frames, spec)
+    embeddings = embeddings and engine_has_embedding(engine)
     batch_size = int(getattr(engine, "batch_size", DEFAULT_BATCH_SIZE))
     chunk = batch_size * chunk_batches
     payloads = frames["image"].tolist() if len(frames) else []
-    parts = []
+    parts, vectors = [], []
     for start in range(0, len(payloads), chunk):
         images = decode_images(payloads[start : start + chunk], spec.image_height, spec.image_width)
         if hasattr(engine, "run_raw"):
-            parts.append(_infer_raw(engine, images, spec, batch_size))
+            predictions, embedding = _infer_raw(engine, images, spec, batch_size, embeddings)
+            parts.append(predictions)
+            vectors.append(embedding)
         else:
             parts.append(engine.infer(images))
-    return concat_predictions(parts, spec)
+    if not embeddings:
+        return concat_predictions(parts, spec), None
+    width = int(getattr(engine, "embedding_dim", None) or 0)
+    stacked = np.concatenate(vectors) if vectors else np.zeros((0, width), np.float32)
+    return concat_predictions(parts, spec), stacked.astype(np.float32, copy=False)
 
 
 def perceive_frames(
@@ -149,13 +196,28 @@ def perceive_frames(
     map's missing lanes filled in from the frame's ``lane_index`` / ``lane_count``
     (``fleet.perception.fill_missing_lanes``), so mining and rollout comparisons judge the
     same output the planner acted on."""
-    raw = run_engine_over_frames(engine, frames, spec, config=config)
+    return perceive_frames_with_embeddings(engine, frames, spec, config, embeddings=False)[0]
+
+
+def perceive_frames_with_embeddings(
+    engine: Engine,
+    frames: pd.DataFrame,
+    spec: PerceptionSpec,
+    config: dict[str, Any] | None = None,
+    *,
+    embeddings: bool = True,
+) -> tuple[Predictions, np.ndarray | None]:
+    """``perceive_frames`` and the frames' embeddings (None without them) from one engine run."""
+    raw, vectors = run_engine_with_embeddings(
+        engine, frames, spec, config=config, embeddings=embeddings
+    )
     if len(frames) == 0:
-        return raw
-    return Predictions(
+        return raw, vectors
+    filled = Predictions(
         occupancy=fill_missing_lanes(
             raw.occupancy, frames["lane_index"].to_numpy(), frames["lane_count"].to_numpy()
         ),
         lead_gap_m=raw.lead_gap_m,
         confidence=raw.confidence,
     )
+    return filled, vectors

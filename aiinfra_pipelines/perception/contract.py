@@ -19,6 +19,9 @@ from aiinfra_pipelines.config import settings_section
 INPUT_NAME = "image"
 OCCUPANCY_OUTPUT = "occupancy_logits"
 LEAD_GAP_OUTPUT = "lead_gap"
+# Optional third output: the network's penultimate features (N x D float32), what frame
+# similarity compares. Engines exported before it existed lack it; consumers must cope.
+EMBEDDING_OUTPUT = "embedding"
 LANES = 3
 # The ONNX opset every exported engine uses (onnxruntime and TensorRT both support it).
 ONNX_OPSET = 17

@@ -17,7 +17,14 @@ from aiinfra_pipelines.config import dagster_home
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH, PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 
-from .contract import ONNX_OPSET, PerceptionSpec, perception_spec
+from .contract import (
+    EMBEDDING_OUTPUT,
+    LEAD_GAP_OUTPUT,
+    OCCUPANCY_OUTPUT,
+    ONNX_OPSET,
+    PerceptionSpec,
+    perception_spec,
+)
 from .engine import OnnxRuntimeEngine
 
 BOOTSTRAP_VERSION = "bootstrap-0"
@@ -50,7 +57,9 @@ def _bootstrap_cache_path(spec: PerceptionSpec) -> Path:
     # Versions from package metadata: importing torch and onnx would cost the seconds the
     # cache exists to save.
     versions = "|".join(importlib.metadata.version(name) for name in ("torch", "onnx"))
-    identity = f"{sorted(asdict(spec).items())}|opset{ONNX_OPSET}|{versions}"
+    # The output names too: a model zero cached before the embedding output must not be reused.
+    outputs = ",".join((OCCUPANCY_OUTPUT, LEAD_GAP_OUTPUT, EMBEDDING_OUTPUT))
+    identity = f"{sorted(asdict(spec).items())}|opset{ONNX_OPSET}|{versions}|{outputs}"
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
     return dagster_home() / "cache" / f"bootstrap-{digest}.onnx"
 

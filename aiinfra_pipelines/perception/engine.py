@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .contract import (
+    EMBEDDING_OUTPUT,
     INPUT_NAME,
     LEAD_GAP_OUTPUT,
     OCCUPANCY_OUTPUT,
@@ -30,6 +31,19 @@ class Predictions:
     occupancy: np.ndarray  # N x 3 x bins, probabilities
     lead_gap_m: np.ndarray  # N
     confidence: np.ndarray  # N, 0..1
+
+
+class EmbeddingUnavailableError(RuntimeError):
+    """The engine's graph has no ``embedding`` output (exported before embeddings existed)."""
+
+    def __init__(self, engine_name: str, sha256: str) -> None:
+        super().__init__(
+            f"engine {engine_name!r} (sha256 {sha256[:12]}) has no {EMBEDDING_OUTPUT!r} output: "
+            "it was exported before engines carried embeddings; re-export it (any release "
+            "after this change does) to get frame embeddings"
+        )
+        self.engine_name = engine_name
+        self.sha256 = sha256
 
 
 class Engine(Protocol):
@@ -95,23 +109,82 @@ class OnnxRuntimeEngine:
         self.__dict__.update(state)
         self._session = self._build_session()
 
+    @property
+    def has_embedding(self) -> bool:
+        """Whether the graph carries the ``embedding`` output (old engines do not)."""
+        return EMBEDDING_OUTPUT in self._output_names()
+
+    @property
+    def embedding_dim(self) -> int | None:
+        """Width D of the embedding, or None without one (or with a symbolic width)."""
+        for output in self._session.get_outputs():
+            if output.name == EMBEDDING_OUTPUT:
+                width = output.shape[-1]
+                return int(width) if isinstance(width, int) else None
+        return None
+
+    def _output_names(self) -> set[str]:
+        return {output.name for output in self._session.get_outputs()}
+
     def run_raw(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         occupancy, lead_gap = self._session.run(
             [OCCUPANCY_OUTPUT, LEAD_GAP_OUTPUT], {INPUT_NAME: batch}
         )
         return occupancy, lead_gap
 
+    def run_raw_with_embedding(
+        self, batch: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(occupancy logits, lead gap, embedding N x D or None) from one session run.
+
+        None when the graph has no embedding output: the predictions still come back, so
+        engines already deployed keep working and callers report the embeddings missing.
+        """
+        if not self.has_embedding:
+            return (*self.run_raw(batch), None)
+        occupancy, lead_gap, embedding = self._session.run(
+            [OCCUPANCY_OUTPUT, LEAD_GAP_OUTPUT, EMBEDDING_OUTPUT], {INPUT_NAME: batch}
+        )
+        return occupancy, lead_gap, embedding.astype(np.float32, copy=False)
+
     def infer(self, images: np.ndarray) -> Predictions:
+        return self.infer_with_embeddings(images, embeddings=False)[0]
+
+    def infer_with_embeddings(
+        self, images: np.ndarray, *, embeddings: bool = True
+    ) -> tuple[Predictions, np.ndarray | None]:
+        """Predictions and (when ``embeddings`` and the graph has them) N x D embeddings.
+
+        One session run per batch for both; the embeddings are None for an engine without
+        the output.
+        """
+        want = embeddings and self.has_embedding
         if len(images) == 0:
             empty = np.zeros((0, 3, self.spec.bins), dtype=np.float32)
-            return Predictions(empty, np.zeros(0, np.float32), np.zeros(0, np.float32))
-        occupancy_parts, gap_parts = [], []
+            vectors = np.zeros((0, self.embedding_dim or 0), np.float32) if want else None
+            return Predictions(empty, np.zeros(0, np.float32), np.zeros(0, np.float32)), vectors
+        occupancy_parts, gap_parts, embedding_parts = [], [], []
         for start in range(0, len(images), self.batch_size):
-            occupancy, lead_gap = self.run_raw(
-                images_to_input(images[start : start + self.batch_size])
-            )
+            batch = images_to_input(images[start : start + self.batch_size])
+            if want:
+                occupancy, lead_gap, embedding = self.run_raw_with_embedding(batch)
+                embedding_parts.append(embedding)
+            else:
+                occupancy, lead_gap = self.run_raw(batch)
             occupancy_parts.append(occupancy)
             gap_parts.append(lead_gap)
-        return outputs_to_predictions(
+        predictions = outputs_to_predictions(
             np.concatenate(occupancy_parts), np.concatenate(gap_parts), self.spec
         )
+        return predictions, (np.concatenate(embedding_parts) if want else None)
+
+    def embed(self, images: np.ndarray) -> np.ndarray:
+        """uint8 N x H x W x 3 frames → float32 N x D embeddings.
+
+        Raises :class:`EmbeddingUnavailableError` for an engine without the output.
+        """
+        if not self.has_embedding:
+            raise EmbeddingUnavailableError(self.name, self.sha256)
+        vectors = self.infer_with_embeddings(images)[1]
+        assert vectors is not None  # has_embedding checked above
+        return vectors

@@ -8,7 +8,10 @@ on the car well inside the latency budget.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -223,14 +226,36 @@ class PerceptionNet(nn.Module):
         where one view missed one by 0.004). Two passes over one set of weights, not a batch of
         two, so the exported graph needs no batch-shape arithmetic.
         """
+        occupancy, lead_gap, _ = self.forward_with_embedding(image)
+        return occupancy, lead_gap
+
+    def forward_with_embedding(
+        self, image: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(occupancy logits, lead gap, embedding N x hidden) from one pass of the network.
+
+        The embedding is the penultimate feature vector (the trunk's output, the input of the
+        occupancy and lead-gap heads). With ``mirror_average`` at inference it is averaged over
+        the two views exactly as the outputs are, so the embedding describes the reading the
+        engine reports: a frame and its mirror image embed alike, as they predict alike.
+        """
         if self.training or not getattr(self, "mirror_average", False):
             return self._single_view(image)
-        occupancy, lead_gap = self._single_view(image)
-        mirrored_occupancy, mirrored_gap = self._single_view(image.flip(-2))
+        occupancy, lead_gap, hidden = self._single_view(image)
+        mirrored_occupancy, mirrored_gap, mirrored_hidden = self._single_view(image.flip(-2))
         occupancy = 0.5 * (occupancy + mirrored_occupancy.flip(-2))
-        return occupancy, 0.5 * (lead_gap + mirrored_gap)
+        return occupancy, 0.5 * (lead_gap + mirrored_gap), 0.5 * (hidden + mirrored_hidden)
 
-    def _single_view(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed(self, image: torch.Tensor) -> torch.Tensor:
+        """Penultimate features N x ``embedding_dim`` (float32): what frame similarity compares."""
+        return self.forward_with_embedding(image)[2]
+
+    @property
+    def embedding_dim(self) -> int:
+        """Width of :meth:`embed`'s vectors (the trunk's ``hidden``)."""
+        return int(self.occupancy_head.in_features)
+
+    def _single_view(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.grid_head is None:
             hidden = self.trunk(self.pool(self.features(image)))
             grid = None
@@ -245,4 +270,42 @@ class PerceptionNet(nn.Module):
             occupancy = occupancy + grid_occupancy
             mix = torch.sigmoid(self.gap_mix)
             lead_gap = mix * lead_gap + (1.0 - mix) * grid_gap
-        return occupancy, lead_gap
+        return occupancy, lead_gap, hidden
+
+
+@contextlib.contextmanager
+def embedding_as_output(net: PerceptionNet) -> Iterator[PerceptionNet]:
+    """While open, ``net(image)`` returns (occupancy, lead gap, embedding): for ONNX export.
+
+    ``net``'s own ``forward`` runs — subclasses included, whatever it computes is what the
+    graph computes — and the embedding is taken from the trunk as that call runs it (a forward
+    hook), averaged over the views when ``mirror_average`` runs the trunk twice: exactly
+    :meth:`PerceptionNet.embed`, from the same pass. Hooks on ``net`` itself rather than a
+    wrapper module, so the exported nodes keep their names (``/features/...``), which INT8
+    fallback plans and layerwise reports refer to. Removed on exit: training never sees them.
+    """
+    views: list[torch.Tensor] = []
+
+    def capture(_module: nn.Module, _inputs: Any, output: torch.Tensor) -> None:
+        views.append(output)
+
+    def append_embedding(_module: nn.Module, _inputs: Any, outputs: Any) -> Any:
+        if not views:
+            raise RuntimeError(f"{type(net).__name__}.forward never ran the trunk")
+        embedding = views[0]
+        for view in views[1:]:
+            embedding = embedding + view
+        if len(views) > 1:
+            embedding = embedding * (1.0 / len(views))
+        views.clear()
+        return (*outputs, embedding)
+
+    handles = [
+        net.trunk.register_forward_hook(capture),
+        net.register_forward_hook(append_embedding),
+    ]
+    try:
+        yield net
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -16,10 +16,11 @@ from .simulation_sensor import (
     scenario_library_job,
 )
 
-# Mining follows ingestion through automation conditions (eager on each published log).
+# Mining follows ingestion through automation conditions (eager on each published log), and
+# the frame similarity index follows mining's publishes.
 loop_automation_sensor = dg.AutomationConditionSensorDefinition(
     "loop_automation_sensor",
-    target=dg.AssetSelection.groups("mining"),
+    target=dg.AssetSelection.groups("mining") | dg.AssetSelection.assets("similarity_index"),
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=int(load_environment()["automation"]["interval_s"]),
 )

@@ -24,6 +24,11 @@ import hashlib
 import dagster as dg
 
 from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.curation.similarity_requests import (
+    latest_more_like_this,
+    scenario_candidate_logs,
+)
+from aiinfra_pipelines.curation.similarity_settings import SimilaritySettings
 from aiinfra_pipelines.ingest.assets import published_ingest
 from aiinfra_pipelines.ingest.views import scene_index_view
 from aiinfra_pipelines.lake.encoding import json_document
@@ -82,7 +87,10 @@ def scenario_library(
     index = scene_index_view(lake)
     previous = lake.get_json_or_none(MAIN_BRANCH, LIBRARY_KEY)
     in_library = frozenset(entry["id"] for entry in (previous or {}).get("scenarios", []))
-    regression = fleet_regression_scenarios(badcases, index, in_library=in_library)
+    similar = scenario_candidate_logs(
+        latest_more_like_this(lake), SimilaritySettings.load().scenario_max_logs
+    )
+    regression = fleet_regression_scenarios(badcases, index, in_library=in_library, similar=similar)
     candidate = latest_candidate_version(lake)
     source_commit = lake.resolve_ref(MAIN_BRANCH)
     library, change = merge_library(
@@ -113,6 +121,7 @@ def scenario_library(
             "revised": dg.MetadataValue.json(change.revised),
             "orphaned": dg.MetadataValue.json(change.orphaned),
             "refreshed_for_model_version": candidate or "none",
+            "more_like_this_logs": dg.MetadataValue.json(similar["log_id"].tolist()),
             "commit": commit,
         }
     )

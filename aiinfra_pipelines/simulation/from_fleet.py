@@ -7,6 +7,10 @@ the configured duration and traffic, and a seed derived from the log id and the 
 ingested it. A fleet failure on a road that supports scripted hazards also replays a cut-in at
 the failure's time within the log, so the scenario stresses what went wrong there.
 
+Logs of the latest "more like this" result (``curation.similarity_requests``: frames an
+operator asked for more of) join them as scenario candidates, kind ``badcase`` with origin
+``more_like_this`` and the frame that brought them in their provenance.
+
 A scenario reproduces the log's *conditions* deterministically, not its exact traffic: a log
 carries no simulator seed (a real fleet's logs have none), so the derived seed stands in for
 it. Provenance (log id, commit, badcase reasons, failure flags, the engine that mined it) is
@@ -47,8 +51,10 @@ def fleet_regression_scenarios(
     fleet: FleetConfig | None = None,
     *,
     in_library: frozenset[str] = frozenset(),
+    similar: pd.DataFrame | None = None,
 ) -> list[Scenario]:
-    """One regression scenario per log with a badcase or a failure flag, sorted by id.
+    """One regression scenario per log with a badcase, a failure flag or a "more like this"
+    match (``similar``: ``similarity_requests.scenario_candidate_logs`` rows), sorted by id.
 
     Badcases mined by an engine in ``exclude_badcases_mined_by`` (model zero, deployed before
     any release) make no scenario: the untrained network is unsure of every frame, so every
@@ -70,11 +76,13 @@ def fleet_regression_scenarios(
         badcases = badcases[~badcases["engine_version"].astype(str).isin(excluded)]
     flags = [flag for flag in section.failure_flags if f"event_{flag}" in scene_index.columns]
     failures = _failure_rows(scene_index, flags)
+    similar = similar if similar is not None else pd.DataFrame({"log_id": []})
     log_ids = sorted(
         set(badcases["log_id"].astype(str) if "log_id" in badcases.columns else [])
         | set(failures["log_id"].astype(str))
+        | set(similar["log_id"].astype(str))
     )
-    sources = _FleetSources(scene_index, badcases, failures, tuple(flags))
+    sources = _FleetSources(scene_index, badcases, failures, tuple(flags), similar)
     candidates = [
         _log_candidate(log_id, sources, scenario_settings, section, config, fleet)
         for log_id in log_ids
@@ -90,6 +98,7 @@ class _FleetSources:
     badcases: pd.DataFrame
     failures: pd.DataFrame
     flags: tuple[str, ...]
+    similar: pd.DataFrame
 
 
 def _log_candidate(
@@ -106,6 +115,7 @@ def _log_candidate(
     index_rows = _rows(sources.scene_index, log_id)
     badcase_rows = _rows(sources.badcases, log_id)
     failure_rows = _rows(sources.failures, log_id)
+    similar_rows = _rows(sources.similar, log_id)
     tags = _tags(log_id, index_rows, badcase_rows)
     commit = (
         str(index_rows["source_commit"].iloc[0])
@@ -132,12 +142,14 @@ def _log_candidate(
         kind=kind,
         family=kind,
         description=f"{kind.replace('_', ' ')} from drive log {log_id}",
-        source=_provenance(log_id, commit, badcase_rows, failure_rows, list(sources.flags)),
+        source=_provenance(
+            log_id, commit, badcase_rows, failure_rows, list(sources.flags), similar_rows
+        ),
         where=f"regression scenario {scenario_id}",
         config=config,
         fleet=fleet,
     )
-    return scenario_id, len(failure_rows) or len(badcase_rows), scenario
+    return scenario_id, len(failure_rows) or len(badcase_rows) or len(similar_rows), scenario
 
 
 def _capped(
@@ -218,6 +230,7 @@ def _provenance(
     badcase_rows: pd.DataFrame,
     failure_rows: pd.DataFrame,
     flags: list[str],
+    similar_rows: pd.DataFrame,
 ) -> dict[str, Any]:
     reasons = sorted(
         {
@@ -230,6 +243,18 @@ def _provenance(
     fired = sorted(flag for flag in flags if failure_rows.get(f"event_{flag}", pd.Series()).any())
     engines = sorted(set(badcase_rows.get("engine_version", pd.Series([], dtype=str)).astype(str)))
     origins = (["badcase"] if len(badcase_rows) else []) + (["fleet_failure"] if fired else [])
+    similar_to = {}
+    if len(similar_rows):
+        origins.append("more_like_this")
+        first = similar_rows.iloc[0]
+        similar_to = {
+            "similar_to": {
+                "query": str(first["query"]),
+                "frame": str(first["frame"]),
+                "distance": float(first["distance"]),
+                "request_id": str(first["request_id"]),
+            }
+        }
     return {
         "log_id": log_id,
         "source_commit": commit,
@@ -239,4 +264,5 @@ def _provenance(
         "failure_flags": fired,
         "failure_frames": len(failure_rows),
         "mined_by_engines": engines,
+        **similar_to,
     }

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from aiinfra_pipelines.perception.contract import (
+    EMBEDDING_OUTPUT,
     INPUT_NAME,
     LEAD_GAP_OUTPUT,
     OCCUPANCY_OUTPUT,
@@ -310,7 +311,31 @@ class TensorRTEngine:
         size = getattr(engine, "device_memory_size_v2", None)
         return int(size if size is not None else engine.device_memory_size)
 
+    @property
+    def has_embedding(self) -> bool:
+        """Whether the plan carries the ``embedding`` output (plans of old engines do not)."""
+        return EMBEDDING_OUTPUT in self._outputs
+
     def run_raw(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        results = self._execute(batch)
+        return (
+            results[OCCUPANCY_OUTPUT].float().cpu().numpy(),
+            results[LEAD_GAP_OUTPUT].float().cpu().numpy(),
+        )
+
+    def run_raw_with_embedding(
+        self, batch: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``run_raw`` plus the embedding (None without one), from the same execution."""
+        results = self._execute(batch)
+        embedding = results.get(EMBEDDING_OUTPUT)
+        return (
+            results[OCCUPANCY_OUTPUT].float().cpu().numpy(),
+            results[LEAD_GAP_OUTPUT].float().cpu().numpy(),
+            None if embedding is None else embedding.float().cpu().numpy(),
+        )
+
+    def _execute(self, batch: np.ndarray) -> dict:
         import torch
 
         if len(batch) > self.max_batch:
@@ -330,10 +355,7 @@ class TensorRTEngine:
         if not context.execute_async_v3(stream.cuda_stream):
             raise TensorRTError(f"TensorRT execution failed for plan {self.sha256[:12]}")
         stream.synchronize()
-        return (
-            results[OCCUPANCY_OUTPUT].float().cpu().numpy(),
-            results[LEAD_GAP_OUTPUT].float().cpu().numpy(),
-        )
+        return results
 
     def infer(self, images: np.ndarray) -> Predictions:
         if len(images) == 0:
