@@ -91,13 +91,16 @@ def benchmark_set(
 def training_dataset(
     context: dg.AssetExecutionContext, lake: VersionedLake
 ) -> dg.MaterializeResult:
-    """Base data plus all accepted badcases, split train/val by log, tagged on ``main``.
+    """Base data plus the accepted badcases (all while they fit in ``datasets.yaml``
+    ``selection.budget_frames``, else the budgeted selection's choice), split train/val by log,
+    tagged on ``main``.
 
     The merge commit that publishes it is the dataset's identity; the tag ``dataset-vNNNN``
     points at it and every model trained on it records that commit.
     """
     settings = DatasetSettings.load()
     rows, qc = configured_training_rows(lake)
+    selection = qc.pop("selection")
     if rows.empty:
         raise ValueError("no trainable frames: everything is benchmark or held back by label QC")
     dataset = split_by_log(rows, settings.val_fraction, settings.seed)
@@ -141,6 +144,9 @@ def training_dataset(
             "logs": dg.MetadataValue.json(manifest["log_counts"]),
             "label_qc": dg.MetadataValue.json(manifest["label_qc"]),
             "per_slice": dg.MetadataValue.md(counts.to_markdown(index=False)),
+            # Accepted badcases vs the label budget (datasets.yaml selection): all taken while
+            # they fit; beyond it, what the budgeted selection chose per slice and why.
+            "selection": dg.MetadataValue.json(selection),
         }
     )
 

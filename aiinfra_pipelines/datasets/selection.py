@@ -8,15 +8,18 @@ QC, excluded conditions) it would request retraining forever. So both call these
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from aiinfra_pipelines.curation.embeddings import embedding_matrix, published_embeddings
+from aiinfra_pipelines.curation.selection import SelectionParams, select_frames
 from aiinfra_pipelines.ingest.views import scene_index_view
 from aiinfra_pipelines.lake.io_manager import read_asset_partitions
 from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 
 from .benchmark import benchmark_log_ids, exclude_benchmark, freeze_benchmark
-from .settings import DatasetSettings, TrainingSelection
+from .settings import DatasetSettings, SelectionSettings, TrainingSelection
 
 BENCHMARK_MANIFEST = f"{DATASETS_PREFIX}benchmark/manifest.json"
 TRAINING_LATEST = f"{DATASETS_PREFIX}training/latest.json"
@@ -121,10 +124,120 @@ def _in(frames: pd.DataFrame, keys: pd.DataFrame) -> pd.Series:
     return pd.Series(pd.MultiIndex.from_frame(frames[FRAME_KEY]).isin(wanted), index=frames.index)
 
 
-def training_rows(
-    lake: VersionedLake, base_fraction: float, seed: int, exclude: dict[str, list[str]]
+def embedding_space(table: pd.DataFrame, candidates: pd.DataFrame) -> str | None:
+    """The engine whose embeddings cover every candidate (the first SHA if several do), or
+    ``None``: vectors of two engines are not comparable, so one space must hold them all."""
+    keyed = candidates[FRAME_KEY].merge(table[[*FRAME_KEY, "engine_sha"]], on=FRAME_KEY)
+    covered = keyed.drop_duplicates([*FRAME_KEY, "engine_sha"]).groupby("engine_sha").size()
+    complete = sorted(str(sha) for sha, count in covered.items() if count == len(candidates))
+    return complete[0] if complete else None
+
+
+def frame_embeddings(
+    table: pd.DataFrame, keys: pd.DataFrame, engine_sha: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(row mask of ``keys`` that have an ``engine_sha`` embedding, their vectors in order)."""
+    space = table[table["engine_sha"] == engine_sha].drop_duplicates(FRAME_KEY, keep="last")
+    space = space.reset_index(drop=True)
+    position = keys[FRAME_KEY].merge(space[FRAME_KEY].reset_index(), on=FRAME_KEY, how="left")
+    found = position["index"].notna().to_numpy()
+    rows = position.loc[found, "index"].to_numpy(dtype=np.int64)
+    return found, embedding_matrix(space.iloc[rows])
+
+
+def _with_embeddings(
+    lake: VersionedLake, candidates: pd.DataFrame, base: pd.DataFrame, labels: pd.DataFrame
+) -> tuple[dict, str | None]:
+    """``select_frames``' embedding arguments for ``candidates`` against ``base`` (empty with
+    a reason when the candidates have no common embedding space)."""
+    table = published_embeddings(lake, MAIN_BRANCH)
+    engine_sha = embedding_space(table, candidates) if len(table) else None
+    if engine_sha is None:
+        return {}, (
+            "no engine's embeddings cover every candidate (mined by an engine exported before "
+            "engines carried embeddings, or by several engines): chosen by engine confidence, "
+            "slice quotas and clip context only"
+        )
+    _, embeddings = frame_embeddings(table, candidates, engine_sha)
+    base = base.sort_values(FRAME_KEY).reset_index(drop=True)  # the ensemble's bootstrap order
+    found, base_embeddings = frame_embeddings(table, base, engine_sha)
+    targets = label_targets(labels, base[found]) if found.any() else None
+    return {
+        "embeddings": embeddings,
+        "train_embeddings": base_embeddings if found.any() else None,
+        "train_targets": targets,
+    }, None
+
+
+def label_targets(labels: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray | None:
+    """Flattened occupancy auto-labels of ``keys``' frames (what the ensemble heads learn)."""
+    if labels.empty or "occupancy" not in labels.columns:
+        return None
+    joined = keys[FRAME_KEY].merge(
+        labels.drop_duplicates(FRAME_KEY, keep="last")[[*FRAME_KEY, "occupancy"]],
+        on=FRAME_KEY,
+        how="left",
+    )
+    if joined["occupancy"].isna().any():
+        return None
+    return np.asarray(joined["occupancy"].tolist(), dtype=np.float64)
+
+
+def budgeted_badcases(
+    lake: VersionedLake,
+    accepted: pd.DataFrame,
+    base: pd.DataFrame,
+    context: tuple[pd.DataFrame, pd.DataFrame],
+    params: SelectionParams,
+    seed: int,
 ) -> tuple[pd.DataFrame, dict]:
-    """Base frames (a share of ordinary ones) plus every accepted badcase, benchmark excluded."""
+    """The accepted badcases a dataset trains on: all of them while they fit in the budget,
+    else ``curation.selection.select_frames``'s choice against the base frames.
+
+    ``context`` is (the mined badcase rows — their engine ``confidence`` —, the auto-labels).
+    A pure function of the lake's published state and the seed: the dataset and the
+    retraining sensor call it on the same state and get the same frames.
+    """
+    accepted = accepted.sort_values(FRAME_KEY).reset_index(drop=True)
+    if len(accepted) <= params.budget_frames:
+        per_slice = accepted["slice"].astype(str).value_counts().sort_index()
+        counts = {str(k): {"candidates": int(v), "chosen": int(v)} for k, v in per_slice.items()}
+        summary = {"candidates": len(accepted), "budget_frames": params.budget_frames}
+        return accepted, {**summary, "chosen": len(accepted), "binding": False, "per_slice": counts}
+    mined, labels = context
+    mined = mined if "confidence" in mined.columns else mined.assign(confidence=np.nan)
+    if "disagreement" not in mined.columns:
+        mined = mined.assign(disagreement=np.nan)
+    # A frame mined more than once (regular mining, then a shadow disagreement) keeps its
+    # lowest confidence and largest label error; one without a confidence (a shadow row) counts
+    # as fully unsure. Label errors stay NaN where unknown (the slices' weakness then falls
+    # back to uncertainty).
+    scores = mined.groupby(FRAME_KEY, as_index=False).agg(
+        confidence=("confidence", "min"), disagreement=("disagreement", "max")
+    )
+    candidates = accepted.merge(scores, on=FRAME_KEY, how="left", validate="one_to_one")
+    candidates["confidence"] = candidates["confidence"].fillna(0.0)
+    arrays, missing = _with_embeddings(lake, candidates, base, labels)
+    selection = select_frames(candidates, params, seed=seed, **arrays)
+    chosen = accepted.merge(selection.chosen[FRAME_KEY], on=FRAME_KEY)
+    summary = {**selection.summary, "binding": True}
+    if missing is not None:  # the lake's reason, in place of the generic "no embeddings"
+        summary["notes"] = [missing, *summary["notes"][1:]]
+    return chosen, summary
+
+
+def training_rows(
+    lake: VersionedLake,
+    base_fraction: float,
+    seed: int,
+    exclude: dict[str, list[str]],
+    selection: SelectionParams | None = None,
+) -> tuple[pd.DataFrame, dict]:
+    """Base frames (a share of ordinary ones) plus the accepted badcases, benchmark excluded.
+
+    Every accepted badcase while they fit in ``selection.budget_frames`` (no ``selection``:
+    no budget), else the budgeted selection's choice; ``qc["selection"]`` says which.
+    """
     frames = published_frames(lake)
     for condition, values in exclude.items():
         frames = frames[~frames[condition].isin(values)]
@@ -137,19 +250,33 @@ def training_rows(
     badcases = read_asset_partitions(lake, "mined_badcases", MAIN_BRANCH)
     is_badcase = _in(frames, badcases)
     ordinary = frames[~is_badcase].sample(frac=base_fraction, random_state=seed)
-    rows = pd.concat([frames[is_badcase].assign(badcase=True), ordinary.assign(badcase=False)])
+    accepted, summary = budgeted_badcases(
+        lake,
+        frames[is_badcase],
+        ordinary,
+        (badcases, labels),
+        selection or SelectionParams(budget_frames=max(len(frames), 1)),
+        seed,
+    )
+    rows = pd.concat([accepted.assign(badcase=True), ordinary.assign(badcase=False)])
     qc = {
         "frames_held_back": len(held_back),
         "mean_agreement": float(labels["agreement"].mean()) if not labels.empty else None,
+        "selection": summary,
     }
     return rows.sort_values(FRAME_KEY).reset_index(drop=True), qc
 
 
 def configured_training_rows(lake: VersionedLake) -> tuple[pd.DataFrame, dict]:
-    """``training_rows`` with the settings of ``resources/datasets.yaml``."""
+    """``training_rows`` with the settings of ``resources/datasets.yaml`` (``training`` and
+    the ``selection`` budget): the one call the dataset and the retraining sensor share."""
     selection = TrainingSelection.load()
     return training_rows(
-        lake, selection.base_fraction, DatasetSettings.load().seed, selection.exclude
+        lake,
+        selection.base_fraction,
+        DatasetSettings.load().seed,
+        selection.exclude,
+        SelectionSettings.load().params,
     )
 
 
@@ -164,8 +291,11 @@ def latest_training_rows(lake: VersionedLake) -> pd.DataFrame:
 def unseen_badcases(lake: VersionedLake) -> pd.DataFrame:
     """Accepted badcase frames the next dataset would train on that the latest one lacks.
 
-    Accepted = mined, not held back by label QC, not benchmark, not an excluded condition:
-    exactly the badcases ``training_dataset`` would include. Empty before any ingestion.
+    Accepted = mined, not held back by label QC, not benchmark, not an excluded condition, and
+    chosen by the budgeted selection when they exceed ``selection.budget_frames``: exactly the
+    badcases ``training_dataset`` would include (the same ``configured_training_rows`` call, so
+    a badcase the budget leaves out never counts as unseen — else the loop would retrain for
+    frames no dataset takes). Empty before any ingestion.
     """
     if scene_index_view(lake).empty:
         return pd.DataFrame(columns=REFERENCE_COLUMNS)
