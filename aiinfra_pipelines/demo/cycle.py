@@ -13,11 +13,16 @@ from typing import Any
 
 import dagster as dg
 from rich.console import Console
+from rich.markup import escape
 from rich.rule import Rule
 
+from aiinfra_pipelines.curation.trigger_proposals import TriggerProposalError
+from aiinfra_pipelines.environment import build_resources
 from aiinfra_pipelines.ingest.partitions import BatchRef
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.mining.pulls import pull_weak_slices
+from aiinfra_pipelines.release.ota import OtaError
+from aiinfra_pipelines.release.trigger_ota import TriggerApprovalError
 
 from .closing import closing_drive
 from .daemon import DaemonProcess
@@ -31,7 +36,10 @@ from .summary import (
     print_mining_summary,
     print_release_summary,
     print_training_summary,
+    print_trigger_yield,
+    trigger_yield,
 )
+from .triggers import propose_approve_ship
 from .waiting import (
     Deadline,
     wait_for_ingest,
@@ -74,6 +82,7 @@ class DemoCycle:
         upload = self._drive_and_upload(cycle)
         landed_at = time.time()
         version = self._follow_the_loop(upload, window)
+        triggers = self._triggers(cycle)
         closing = self._closing_drive(cycle)
         cycle_s = time.monotonic() - started
         record = cycle_record(
@@ -90,6 +99,7 @@ class DemoCycle:
             record["closing_drive"] = closing
         if pulls is not None:
             record["pulls"] = pulls
+        record["triggers"] = triggers
         self.console.print(f"cycle {cycle} took {cycle_s:.0f}s")
         return record
 
@@ -147,6 +157,22 @@ class DemoCycle:
         version = print_training_summary(instance, lake, window, console)
         print_release_summary(instance, lake, window, version, console)
         return version
+
+    def _triggers(self, cycle: int) -> dict[str, Any]:
+        """The shipped trigger config's yield on its targeted slices (old vs new version), then
+        the next proposal from this cycle's weak slices — approved and shipped on the
+        operator's behalf when demo.yaml says so, for the next drive to adopt."""
+        figures = trigger_yield(self.lake)
+        print_trigger_yield(figures, self.console)
+        keys = build_resources()["release_keys"]
+        try:
+            proposal = propose_approve_ship(
+                self.lake, self.settings, keys, cycle=cycle, console=self.console
+            )
+        except (OtaError, TriggerApprovalError, TriggerProposalError) as error:
+            self.console.print(f"[yellow]trigger proposal failed: {escape(str(error))}[/]")
+            proposal = {"error": str(error)}
+        return {"yield": figures, "proposal": proposal}
 
     def _closing_drive(self, cycle: int) -> dict[str, Any] | None:
         """After the last cycle, the drive whose telemetry judges the canary it started."""

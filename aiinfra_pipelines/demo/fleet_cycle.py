@@ -21,6 +21,7 @@ from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.fleet.drive import drive_fleet_logs
 from aiinfra_pipelines.fleet.landing import LandedBatch
 from aiinfra_pipelines.fleet.simulator import EpisodeDrive
+from aiinfra_pipelines.fleet.triggers import TriggerConfig
 from aiinfra_pipelines.fleet.vehicles import Vehicle
 from aiinfra_pipelines.ingest.views import raw_available, scene_index_view
 from aiinfra_pipelines.lake.layout import (
@@ -45,6 +46,8 @@ from aiinfra_pipelines.vehicle.fleet_upload import (
     upload_through_outboxes,
 )
 
+from .triggers import adopt_trigger_config
+
 CANDIDATE, CONTROL = "candidate", "control"
 
 
@@ -61,6 +64,8 @@ class FleetAssignment:
     candidate: OnnxRuntimeEngine | None
     rollout: RolloutState | None
     cohort: dict[str, str] = field(default_factory=dict)  # VIN → candidate / control
+    # The trigger config the cars verified over OTA (None: the one they shipped with).
+    triggers: TriggerConfig | None = None
 
     def engine_for(self, vehicle: Vehicle) -> OnnxRuntimeEngine | None:
         in_cohort = self.candidate is not None and runs_candidate(self.rollout, vehicle.vin)
@@ -74,6 +79,10 @@ class FleetAssignment:
         return self.candidate
 
     def describe(self) -> str:
+        triggers = self.triggers.version if self.triggers else "built-in"
+        return f"{self._engines()}; trigger config {triggers}"
+
+    def _engines(self) -> str:
         production = self.production.name if self.production else "rule-planner-0"
         if self.candidate is None or self.rollout is None:
             return f"every car runs {production}"
@@ -91,7 +100,8 @@ def vehicle_engine_threads() -> int:
 
 
 def fleet_assignment(lake: VersionedLake) -> FleetAssignment:
-    """The engines the OTA repository assigns right now (read from ``main``)."""
+    """The engines the OTA repository assigns right now (read from ``main``), and the trigger
+    config the cars verified from it (``triggers.adopt_trigger_config``)."""
     spec = perception_spec()
     threads = vehicle_engine_threads()
     production = None
@@ -117,7 +127,12 @@ def fleet_assignment(lake: VersionedLake) -> FleetAssignment:
             batch_size=1,
             intra_op_threads=threads,
         )
-    return FleetAssignment(production=production, candidate=candidate, rollout=rollout)
+    return FleetAssignment(
+        production=production,
+        candidate=candidate,
+        rollout=rollout,
+        triggers=adopt_trigger_config(lake),
+    )
 
 
 @dataclass(frozen=True)
@@ -143,6 +158,7 @@ def _drive(
         engine_for_vehicle=assignment.engine_for,
         on_episode=drives.append,
         shadow_for_vehicle=assignment.shadow_for,
+        triggers=assignment.triggers,
     )
     return logs, drives
 

@@ -30,6 +30,9 @@ class DemoSettings:
     # The drive after the last cycle that lands only telemetry (0 episodes: none).
     closing_episodes: int = 0
     closing_max_rounds: int = 0
+    # Trigger proposals: approve them on the operator's behalf (recorded under this name).
+    approve_trigger_proposals: bool = False
+    trigger_approver: str = ""
     # File name → patch deep-merged into the demo's copy of resources/ (free-form YAML).
     overlays: Mapping[str, Any] = field(default_factory=dict)
 
@@ -40,6 +43,10 @@ class DemoSettings:
         closing = demo.section("closing_drive", {})
         closing_episodes = closing.int("episodes", 0)
         overlays = demo.section("overlays", {})
+        proposals = demo.section("trigger_proposals", {})
+        approve = proposals.bool("approve", False)
+        if approve and not proposals.str("approver").strip():
+            raise ValueError("demo.yaml trigger_proposals.approve needs an approver's name")
         return cls(
             vehicles=fleet.int("vehicles"),
             episodes=fleet.int("episodes"),
@@ -52,4 +59,6 @@ class DemoSettings:
             closing_episodes=closing_episodes,
             closing_max_rounds=closing.int("max_rounds") if closing_episodes > 0 else 0,
             overlays=dict(overlays.values),
+            approve_trigger_proposals=approve,
+            trigger_approver=proposals.str("approver") if approve else "",
         )

@@ -15,6 +15,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from aiinfra_pipelines.curation.trigger_proposals import (
+    driven_hours_by_branch,
+    slice_yield_by_version,
+)
+from aiinfra_pipelines.fleet.settings import frame_rate_hz
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.lake.io_manager import read_asset_partitions, read_parquet_prefix
 from aiinfra_pipelines.lake.layout import (
@@ -26,6 +31,7 @@ from aiinfra_pipelines.lake.layout import (
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.release.rollout_store import list_states
 from aiinfra_pipelines.release.shadow import shadow_agreement
+from aiinfra_pipelines.release.trigger_ota import approved_trigger_config, read_proposal
 from aiinfra_pipelines.sensors.retrain_sensor import plan_retraining
 from aiinfra_pipelines.status import frames_by_slice
 
@@ -238,3 +244,47 @@ def print_release_summary(
             f"[yellow]{len(failures)} run(s) failed this cycle (see loop_failures in the UI):[/] "
             + ", ".join(f"{run.job_name} {run.run_id[:8]}" for run in failures[:6])
         )
+
+
+def trigger_yield(lake: VersionedLake) -> dict[str, Any]:
+    """For every slice the shipped config targeted: its yield under the base and the shipped
+    version, from the scene index (index-only rows included) and telemetry's driven hours."""
+    approved = approved_trigger_config(lake)
+    if approved is None:
+        return {}
+    proposal = read_proposal(lake, approved.version) or {}
+    index = scene_index_view(lake, include_index_only=True)
+    telemetry = read_parquet_prefix(lake, MAIN_BRANCH, PUBLISHED_TELEMETRY_PREFIX)
+    hours = driven_hours_by_branch(telemetry, frame_rate_hz())
+    versions = {approved.base_version, approved.version}
+    by_slice = {}
+    for rule in proposal.get("rules", []):
+        table = slice_yield_by_version(index, str(rule["slice"]), hours)
+        table = table[table["trigger_config_version"].isin(versions)]
+        by_slice[str(rule["slice"])] = table.to_dict(orient="records")
+    return {"base_version": approved.base_version, "version": approved.version, "slices": by_slice}
+
+
+def print_trigger_yield(figures: dict[str, Any], console: Console) -> None:
+    """The targeted slices' yield, old vs new trigger config version."""
+    for slice_name, rows in (figures.get("slices") or {}).items():
+        table = Table(
+            "trigger config",
+            "frames kept",
+            "slice frames",
+            "slice share",
+            "driven h",
+            "slice frames/h",
+            title=f"yield of {slice_name}: {figures['base_version']} → {figures['version']}",
+        )
+        for row in rows:
+            per_hour = row["slice_frames_per_hour"]
+            table.add_row(
+                str(row["trigger_config_version"]),
+                str(row["frames"]),
+                str(row["slice_frames"]),
+                f"{row['share']:.1%}",
+                f"{row['driven_hours']:.2f}",
+                "" if per_hour is None or per_hour != per_hour else f"{per_hour:.0f}",
+            )
+        console.print(table)

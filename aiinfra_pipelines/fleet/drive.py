@@ -15,6 +15,7 @@ from aiinfra_pipelines.vehicle.fleet_upload import upload_through_outboxes
 
 from .landing import LandedBatch
 from .simulator import EngineForVehicle, EpisodeCallback, drive_fleet
+from .triggers import TriggerConfig
 
 
 def drive_fleet_logs(
@@ -26,13 +27,14 @@ def drive_fleet_logs(
     engine_for_vehicle: EngineForVehicle | None = None,
     on_episode: EpisodeCallback | None = None,
     shadow_for_vehicle: EngineForVehicle | None = None,
+    triggers: TriggerConfig | None = None,
 ) -> list[tuple[str, bytes, DriveLog]]:
     """Drive ``vehicles`` × ``episodes`` with a progress bar; returns (log id, MCAP, log).
 
     Every uploader (the plain CLI drive and the demo's cohort drive) shows the same two bars,
     driving then MCAP encoding, so both call this; the hooks are passed to
     :func:`~aiinfra_pipelines.fleet.simulator.drive_fleet` unchanged (rollout engines, shadow
-    engines, per-episode telemetry).
+    engines, per-episode telemetry, the trigger config the cars received over OTA).
     """
     with progress_bar(console) as progress:
         task = progress.add_task("driving", total=vehicles * episodes)
@@ -44,6 +46,7 @@ def drive_fleet_logs(
             engine_for_vehicle=engine_for_vehicle,
             on_episode=on_episode,
             shadow_for_vehicle=shadow_for_vehicle,
+            triggers=triggers,
         )
         encode = progress.add_task("encoding MCAP", total=len(logs))
         encoded = []

@@ -122,6 +122,7 @@ def drive_episode_with_metrics(
     context = FrameContext(
         weather=conditions.weather,
         lighting=conditions.lighting,
+        road_type=conditions.road_type,
         crashed=recording.crashed,
         road_edges=recording.road_edges,
         degradation_levels=frame_levels(transitions, len(recording.frames)),

@@ -5,6 +5,13 @@ low time-to-collision, lane changes, near collisions, changes of its degradation
 difficult conditions) and uploads only time windows around frames where a rule fired. Rules
 and windows are data in ``resources/triggers.yaml``; its ``version`` is stamped into every log
 so a dataset can tell which filter produced it.
+
+Besides the built-in rules (each a named evaluator below), a config may declare *condition
+rules* (``kind: condition``): any name, a ``when`` mapping of frame conditions (weather,
+lighting, road type → accepted values) and optional numeric ``bounds`` on the frame's CAN
+signals (``speed_mps: {min: 20}``). The car checks them per frame with plain comparisons — no
+query parser on the car — which is how a trigger proposal from the cloud (``curation.
+trigger_proposals``) becomes a rule a car can run once it arrives as a signed OTA target.
 """
 
 from __future__ import annotations
@@ -34,6 +41,83 @@ class TriggerRule:
     cooldown_s: float = 0.0
     threshold: float | None = None
     params: Mapping[str, float] = field(default_factory=dict)
+    # Set for a ``kind: condition`` rule: what must hold at a frame for it to fire.
+    condition: ConditionSpec | None = None
+
+
+# Frame conditions a condition rule may test (per episode on the car, per log in the index)
+# and the numeric frame signals it may bound; both are scene-index columns of the same name.
+CONDITION_FIELDS: tuple[str, ...] = ("lighting", "weather", "road_type")
+BOUND_FIELDS: tuple[str, ...] = ("speed_mps", "accel_mps2", "steering_rad", "brake")
+CONDITION_KIND = "condition"
+
+
+@dataclass(frozen=True)
+class ConditionSpec:
+    """A condition rule's test: every ``when`` field in its accepted values and every bounded
+    signal within ``[min, max]`` (either side may be open)."""
+
+    when: Mapping[str, frozenset[str]]
+    bounds: Mapping[str, tuple[float | None, float | None]] = field(default_factory=dict)
+
+    def holds(self, frame: Frame, ctx: FrameContext) -> bool:
+        """Whether the condition holds at ``frame`` (conditions from ``ctx``)."""
+        for name, accepted in self.when.items():
+            if getattr(ctx, name) not in accepted:
+                return False
+        for name, (low, high) in self.bounds.items():
+            value = float(getattr(frame, name))
+            if (low is not None and value < low) or (high is not None and value > high):
+                return False
+        return True
+
+
+def _parse_condition(name: str, spec: Any) -> ConditionSpec:
+    """A ``kind: condition`` rule's ``when``/``bounds``; every mistake is an error naming it."""
+    when_raw = spec.raw("when", None)
+    if not isinstance(when_raw, Mapping) or not when_raw:
+        raise ValueError(f"condition rule {name!r} needs a non-empty `when` mapping")
+    when: dict[str, frozenset[str]] = {}
+    for key, values in when_raw.items():
+        if key not in CONDITION_FIELDS:
+            raise ValueError(
+                f"condition rule {name!r}: unknown condition {key!r}; "
+                f"known: {list(CONDITION_FIELDS)}"
+            )
+        listed = [values] if isinstance(values, str) else values
+        if (
+            not isinstance(listed, list | tuple)
+            or not listed
+            or not all(isinstance(v, str) and v for v in listed)
+        ):
+            raise ValueError(
+                f"condition rule {name!r}: `when.{key}` must be a value or a non-empty list of them"
+            )
+        when[key] = frozenset(listed)
+    bounds_raw = spec.raw("bounds", None) or {}
+    if not isinstance(bounds_raw, Mapping):
+        raise ValueError(f"condition rule {name!r}: `bounds` must be a mapping")
+    bounds = {key: _parse_bound(name, key, value) for key, value in bounds_raw.items()}
+    return ConditionSpec(when=when, bounds=bounds)
+
+
+def _parse_bound(name: str, key: str, value: Any) -> tuple[float | None, float | None]:
+    if key not in BOUND_FIELDS:
+        raise ValueError(
+            f"condition rule {name!r}: cannot bound {key!r}; known signals: {list(BOUND_FIELDS)}"
+        )
+    if not isinstance(value, Mapping) or not value or set(value) - {"min", "max"}:
+        raise ValueError(f"condition rule {name!r}: `bounds.{key}` must be {{min: x, max: y}}")
+    sides: list[float | None] = []
+    for side in ("min", "max"):
+        raw = value.get(side)
+        if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int | float)):
+            raise ValueError(f"condition rule {name!r}: `bounds.{key}.{side}` must be a number")
+        sides.append(None if raw is None else float(raw))
+    low, high = sides
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"condition rule {name!r}: `bounds.{key}` has min {low} > max {high}")
+    return low, high
 
 
 @dataclass(frozen=True)
@@ -51,26 +135,17 @@ class TriggerConfig:
         """Parse ``config`` (a triggers.yaml mapping) or the deployed ``resources/triggers.yaml``.
 
         Unknown rule names are an error, not a silent no-op: a typo in the file must not
-        disable a trigger unnoticed.
+        disable a trigger unnoticed. A ``kind: condition`` rule may have any name that is not a
+        built-in rule's; a mapping shipped to the car over OTA loads the same way.
         """
         triggers = settings_section(TRIGGERS_CONFIG_FILE, "", config)
         declared = triggers.section("rules")
         rules: dict[str, TriggerRule] = {}
         for name in declared.values:
-            if name not in RULE_EVALUATORS:
-                raise ValueError(f"unknown trigger rule {name!r}; known: {sorted(RULE_EVALUATORS)}")
             spec = declared.section(name)
-            if not spec.bool("enabled", True):
-                continue
-            threshold = spec.raw("threshold", None)
-            rules[name] = TriggerRule(
-                name=name,
-                pre_s=spec.float("pre_s"),
-                post_s=spec.float("post_s"),
-                cooldown_s=spec.float("cooldown_s", 0.0),
-                threshold=None if threshold is None else spec.float("threshold"),
-                params={k: spec.float(k) for k in spec.values if k not in _RESERVED_KEYS},
-            )
+            _check_kind(name, spec)  # a typo is an error even in a disabled rule
+            if spec.bool("enabled", True):
+                rules[name] = _parse_rule(name, spec)
         segments = triggers.section("segments")
         return cls(
             version=triggers.str("version"),
@@ -96,11 +171,51 @@ class FrameContext:
     weather: str
     lighting: str
     crashed: Sequence[bool] | None = None
+    road_type: str = ""  # the episode's road type, for condition rules that name one
     road_edges: Sequence[str] | None = None
     degradation_levels: Sequence[int] | None = None
 
 
 _RESERVED_KEYS = {"enabled", "pre_s", "post_s", "cooldown_s", "threshold"}
+_CONDITION_KEYS = {*_RESERVED_KEYS, "kind", "when", "bounds"}
+
+
+def _check_kind(name: str, spec: Any) -> None:
+    """A built-in rule's name, or ``kind: condition`` under a name of its own."""
+    kind = spec.raw("kind", None)
+    if kind is None and name not in RULE_EVALUATORS:
+        raise ValueError(f"unknown trigger rule {name!r}; known: {sorted(RULE_EVALUATORS)}")
+    if kind is not None and kind != CONDITION_KIND:
+        raise ValueError(f"trigger rule {name!r}: unknown kind {kind!r}; known: {CONDITION_KIND!r}")
+    if kind is not None and name in RULE_EVALUATORS:
+        raise ValueError(f"condition rule {name!r} shadows the built-in rule of that name")
+
+
+def _parse_rule(name: str, spec: Any) -> TriggerRule:
+    """One declared rule: a built-in (by name) or a ``kind: condition`` rule."""
+    if spec.raw("kind", None) is None:
+        threshold = spec.raw("threshold", None)
+        return TriggerRule(
+            name=name,
+            pre_s=spec.float("pre_s"),
+            post_s=spec.float("post_s"),
+            cooldown_s=spec.float("cooldown_s", 0.0),
+            threshold=None if threshold is None else spec.float("threshold"),
+            params={k: spec.float(k) for k in spec.values if k not in _RESERVED_KEYS},
+        )
+    unknown = sorted(set(spec.values) - _CONDITION_KEYS)
+    if unknown:
+        raise ValueError(f"condition rule {name!r}: unknown key(s) {unknown}")
+    rule = TriggerRule(
+        name=name,
+        pre_s=spec.float("pre_s"),
+        post_s=spec.float("post_s"),
+        cooldown_s=spec.float("cooldown_s", 0.0),
+        condition=_parse_condition(name, spec),
+    )
+    if min(rule.pre_s, rule.post_s, rule.cooldown_s) < 0:
+        raise ValueError(f"condition rule {name!r}: pre_s, post_s and cooldown_s must be >= 0")
+    return rule
 
 
 # --- rule signals: (fired, value) for frame i ---------------------------------------------
@@ -155,6 +270,31 @@ def _condition(attribute: str, value: str) -> Evaluator:
     return evaluate
 
 
+def _condition_rule(
+    frames: Sequence[Frame], i: int, rule: TriggerRule, ctx: FrameContext
+) -> Signal:
+    assert rule.condition is not None  # only condition rules are routed here
+    return rule.condition.holds(frames[i], ctx), 1.0
+
+
+def evaluator_for(rule: TriggerRule) -> Evaluator:
+    """The function that evaluates ``rule`` at a frame."""
+    return _condition_rule if rule.condition is not None else RULE_EVALUATORS[rule.name]
+
+
+# The built-in condition rules as condition specs: what proposals compare new rules against.
+BUILTIN_CONDITIONS: dict[str, ConditionSpec] = {
+    "night": ConditionSpec(when={"lighting": frozenset({"night"})}),
+    "rain": ConditionSpec(when={"weather": frozenset({"rain"})}),
+    "fog": ConditionSpec(when={"weather": frozenset({"fog"})}),
+}
+
+
+def condition_of(rule: TriggerRule) -> ConditionSpec | None:
+    """The frame condition under which ``rule`` fires on its own (None for event rules)."""
+    return rule.condition if rule.condition is not None else BUILTIN_CONDITIONS.get(rule.name)
+
+
 RULE_EVALUATORS: dict[str, Evaluator] = {
     "hard_brake": _hard_brake,
     "low_ttc": _low_ttc,
@@ -203,7 +343,7 @@ def evaluate_triggers(
     last_fired: dict[str, int] = {}
     for i, frame in enumerate(frames):
         for name, rule in config.rules.items():
-            fired, value = RULE_EVALUATORS[name](frames, i, rule, context)
+            fired, value = evaluator_for(rule)(frames, i, rule, context)
             if not fired:
                 continue
             previous = last_fired.get(name)

@@ -5,6 +5,7 @@ import dagster as dg
 from .assets_certification import certificate_valid, certified_engine
 from .assets_ota import ota_release
 from .assets_rollout import rollout, shadow_report
+from .assets_triggers import trigger_config_release, trigger_proposal
 from .ota import OtaSettings
 
 # Vehicles reject a timestamp older than its expiry (a freeze attack looks exactly like a
@@ -19,7 +20,14 @@ ota_timestamp_refresh = dg.ScheduleDefinition(
 )
 
 defs = dg.Definitions(
-    assets=[certified_engine, shadow_report, rollout, ota_release],
+    assets=[
+        certified_engine,
+        shadow_report,
+        rollout,
+        ota_release,
+        trigger_proposal,
+        trigger_config_release,
+    ],
     asset_checks=[certificate_valid],
     schedules=[ota_timestamp_refresh],
 )

@@ -16,6 +16,7 @@ deployment swaps in tuf's HTTP fetcher against the same layout (``ota/metadata/`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from aiinfra_pipelines.lake.port import VersionedLake
 
 from .cohorts import in_cohort
 from .ota import CANDIDATE_CHANNEL, PRODUCTION_CHANNEL, target_path
+from .ota_signing import trigger_target_path
 
 LAKE_SCHEME = "lake://"
 
@@ -71,6 +73,20 @@ class VerifiedEngine:
 
     def read_bytes(self) -> bytes:
         return self.path.read_bytes()
+
+
+@dataclass(frozen=True)
+class VerifiedTriggerConfig:
+    """A trigger config document the TUF client verified (load it with
+    ``TriggerConfig.load(config=document)``) and its signed target entry's custom data."""
+
+    path: Path
+    version: str
+    sha256: str
+    custom: dict[str, Any]
+
+    def document(self) -> dict[str, Any]:
+        return json.loads(self.path.read_bytes())
 
 
 class VehicleUpdater:
@@ -156,5 +172,25 @@ class VehicleUpdater:
             model_version=str(custom.get("model_version", "")),
             sha256=chosen.hashes["sha256"],
             length=chosen.length,
+            custom=custom,
+        )
+
+    def trigger_config(self) -> VerifiedTriggerConfig | None:
+        """Refresh the metadata and return the verified trigger config for this vehicle model.
+
+        ``None`` when the repository lists none (the car keeps the config it shipped with);
+        tuf's exceptions on any verification failure, so a tampered document never loads.
+        """
+        updater = self._updater()
+        updater.refresh()
+        info = updater.get_targetinfo(trigger_target_path(self.vehicle_model))
+        if info is None:
+            return None
+        local = updater.find_cached_target(info) or updater.download_target(info)
+        custom = dict(info.custom or {})
+        return VerifiedTriggerConfig(
+            path=Path(local),
+            version=str(custom.get("trigger_config_version", "")),
+            sha256=info.hashes["sha256"],
             custom=custom,
         )

@@ -8,6 +8,8 @@ root's keys, and the timestamp is re-signed on every call to keep vehicles' view
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,6 +33,7 @@ from aiinfra_pipelines.lake.publish import publish_objects
 
 from .keys import TUF_ROLES, ReleaseKeys
 from .ota import (
+    HASH_ALGORITHM,
     EngineOffer,
     OtaError,
     OtaSettings,
@@ -42,6 +45,36 @@ from .ota import (
     stored_target_key,
 )
 
+# Targets that are not engines: trigger configs (``release.trigger_ota``), one per vehicle
+# model under this folder. A publication that does not name them keeps the listed ones.
+TRIGGER_TARGETS_DIR = "triggers/"
+
+
+def trigger_target_path(vehicle_model: str, filename: str = "trigger-config.json") -> str:
+    """The TUF target path of a vehicle model's trigger config."""
+    return f"{TRIGGER_TARGETS_DIR}{vehicle_model}/{filename}"
+
+
+@dataclass(frozen=True)
+class OtaFile:
+    """A non-engine target file (a trigger config): its path, bytes and signed custom data."""
+
+    path: str
+    data: bytes = field(repr=False)
+    custom: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def target(self) -> TargetFile:
+        return TargetFile(
+            length=len(self.data),
+            hashes={HASH_ALGORITHM: self.sha256},
+            path=self.path,
+            unrecognized_fields={"custom": self.custom},
+        )
+
 
 @dataclass(frozen=True)
 class OtaPublication:
@@ -50,6 +83,7 @@ class OtaPublication:
     targets: dict[str, dict[str, Any]]
     uncovered: list[str]
     commit: str
+    trigger_targets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _renewal_due(signed: Signed, period: timedelta, fraction: float, now: datetime) -> bool:
@@ -148,11 +182,22 @@ def _next_root(signing: _Signing) -> Metadata[Root]:
     return root
 
 
+def _carried_trigger_targets(current: RepositoryState) -> dict[str, TargetFile]:
+    """The trigger-config targets the stored repository lists (kept by engine publications)."""
+    if current.targets is None:
+        return {}
+    return {
+        path: target
+        for path, target in current.targets.signed.targets.items()
+        if path.startswith(TRIGGER_TARGETS_DIR)
+    }
+
+
 def _next_targets(
     lake: VersionedLake,
     signing: _Signing,
     wanted: dict[str, TargetFile],
-    sources: dict[str, EngineOffer],
+    sources: dict[str, tuple[str, bytes]],
 ) -> Metadata[Targets]:
     """New targets when root changed, renewal is due or the listed engines changed; the
     engine files it lists are stored (content-addressed) with it."""
@@ -172,10 +217,10 @@ def _next_targets(
             signing.signers["targets"],
         )
         signing.store("targets", targets)
-        for path, offer in sources.items():
-            key = stored_target_key(path, offer.engine_sha256)
+        for path, (sha256, data) in sources.items():
+            key = stored_target_key(path, sha256)
             if not lake.object_exists(MAIN_BRANCH, key):
-                signing.objects[key] = offer.data
+                signing.objects[key] = data
     return targets
 
 
@@ -218,8 +263,12 @@ def publish_ota_repository(
     now: datetime | None = None,
     tuf: TufSettings | None = None,
     settings: OtaSettings | None = None,
+    trigger_files: Sequence[OtaFile] | None = None,
 ) -> OtaPublication:
     """Sign the next repository version for ``offers`` and publish it to ``main`` in one merge.
+
+    ``trigger_files`` replace the listed trigger-config targets (``[]`` withdraws them);
+    ``None`` keeps whatever the stored targets list, so an engine release never drops them.
 
     A role gets a new version when its content changes, when its keys or threshold changed,
     or when its renewal is due; the timestamp gets one on every call (that is what keeps
@@ -236,7 +285,13 @@ def publish_ota_repository(
         tuf=tuf,
         now=(now or datetime.now(UTC)).replace(microsecond=0),
     )
-    wanted, sources, uncovered = desired_targets(offers, settings)
+    wanted, offered, uncovered = desired_targets(offers, settings)
+    sources = {path: (offer.engine_sha256, offer.data) for path, offer in offered.items()}
+    if trigger_files is None:
+        wanted |= _carried_trigger_targets(signing.current)
+    else:
+        wanted |= {file.path: file.target() for file in trigger_files}
+        sources |= {file.path: (file.sha256, file.data) for file in trigger_files}
     root = _next_root(signing)
     targets = _next_targets(lake, signing, wanted, sources)
     snapshot = _next_snapshot(signing, targets)
@@ -255,4 +310,6 @@ def publish_ota_repository(
         {"kind": "ota", **{f"{role}_version": str(v) for role, v in versions.items()}},
     )
     listed = {path: dict(target.custom) for path, target in targets.signed.targets.items()}
-    return OtaPublication(versions, signing.resigned, listed, uncovered, commit)
+    engines = {p: c for p, c in listed.items() if not p.startswith(TRIGGER_TARGETS_DIR)}
+    configs = {p: c for p, c in listed.items() if p.startswith(TRIGGER_TARGETS_DIR)}
+    return OtaPublication(versions, signing.resigned, engines, uncovered, commit, configs)
