@@ -6,6 +6,7 @@ from aiinfra_pipelines.config import settings_section
 
 from .assets import compute_cost_ledger, drift_monitor, fleet_telemetry
 from .failures import loop_failures
+from .retention_assets import retention
 
 _CRON = settings_section("operations.yaml", "schedules")
 
@@ -27,6 +28,7 @@ compute_cost_ledger_schedule = dg.ScheduleDefinition(
 )
 
 defs = dg.Definitions(
-    assets=[fleet_telemetry, drift_monitor, compute_cost_ledger, loop_failures],
+    # retention is never automated: an operator runs it (a dry run unless approved).
+    assets=[fleet_telemetry, drift_monitor, compute_cost_ledger, loop_failures, retention],
     schedules=[drift_monitor_schedule, compute_cost_ledger_schedule],
 )
