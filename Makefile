@@ -23,12 +23,10 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/aiinfra demo
 
-# Two workers (pytest-xdist): the end-to-end loop (about 16 minutes alone) runs on one while
-# the rest of the suite runs on the other; worksteal hands an idle worker the other's queue.
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -q -n 2 --dist worksteal
+	$(BIN)/pytest -q
 
 # Skips the slow end-to-end tests (CI runs everything).
 test-fast: install

@@ -10,17 +10,10 @@ import dagster as dg
 import pytest
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-# pytest-xdist starts its workers with COLUMNS=80; rich reads COLUMNS once, when the CLI's
-# console is created at import, and would keep 80 for good. Unset, the console reads it on
-# every print, so a test's monkeypatch.setenv("COLUMNS", ...) widens it under xdist too.
+# Rich reads COLUMNS once, when the CLI's console is created at import, and keeps that width
+# for good (pytest-xdist, for one, starts its workers with COLUMNS=80). Unset, the console
+# reads it on every print, so a test's monkeypatch.setenv("COLUMNS", ...) always widens it.
 os.environ.pop("COLUMNS", None)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The end-to-end loop first: under ``pytest -n 2 --dist worksteal`` (``make test``) its
-    worker starts it at once and the other worker takes everything else, so the suite lasts
-    about as long as the loop instead of the loop plus the rest."""
-    items.sort(key=lambda item: "aiinfra_pipelines_tests/e2e/" not in item.nodeid)
 
 
 @pytest.fixture
