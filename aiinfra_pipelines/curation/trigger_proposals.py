@@ -453,6 +453,22 @@ def propose_trigger_config(
 
 
 # --------------------------------------------------------------------- the measured change
+def dominant_version_by_branch(index: pd.DataFrame) -> dict[str, str]:
+    """``source_branch`` → the trigger config version most of its frames carry.
+
+    An upload batch's driven hours belong to the config the cars drove it under. A batch can
+    also hold older segments (a pull answered from a car's cache was recorded under the config
+    of its day), and counting the batch's hours for their version too would halve that
+    version's yield per hour; its frames still count, its hours do not.
+    """
+    if "source_branch" not in index or index.empty:
+        return {}
+    counts = index.groupby(["source_branch", "trigger_config_version"]).size()
+    counts = counts.sort_values(ascending=False, kind="stable").reset_index()
+    first = counts.drop_duplicates("source_branch", keep="first")
+    return dict(zip(first["source_branch"], first["trigger_config_version"], strict=True))
+
+
 def slice_yield_by_version(
     index: pd.DataFrame, slice_name: str, driven_hours: DrivenHours | None = None
 ) -> pd.DataFrame:
@@ -474,9 +490,13 @@ def slice_yield_by_version(
         ConditionSpec(when={k: frozenset({v}) for k, v in slice_conditions(slice_name).items()})
     )
     rows = []
+    drove_under = dominant_version_by_branch(index)
     for version, group in index.groupby("trigger_config_version", sort=True):
         matched = query_frame(group, expression, include_index_only=True).matched
-        hours = hours_of(group, driven_hours) if driven_hours is not None else 0.0
+        hours = 0.0
+        if driven_hours is not None:
+            driven = group["source_branch"].map(drove_under) == version if drove_under else True
+            hours = hours_of(group[driven], driven_hours)
         rows.append(
             {
                 "trigger_config_version": str(version),

@@ -182,6 +182,17 @@ def test_slice_yield_by_version_uses_the_rows_and_driven_hours_of_each_version()
     assert table.loc["triggers-2", "slice_frames_per_hour"] == 20.0
     assert table.loc["triggers-3", "slice_frames_per_hour"] == 25.0
 
+    # A pull answered in batch two from a car's cache was recorded under triggers-2: its frames
+    # count for triggers-2, batch two's driven hours do not (the cars drove it under triggers-3).
+    pulled = slice_rows("night/fog/merge", 1, 10, version="triggers-2", branch="two")
+    with_pull = slice_yield_by_version(
+        pd.concat([index, pulled], ignore_index=True), "night/fog/merge", hours
+    ).set_index("trigger_config_version")
+    assert with_pull.loc["triggers-2", "slice_frames"] == 30
+    assert with_pull.loc["triggers-2", "driven_hours"] == 1.0
+    assert with_pull.loc["triggers-2", "slice_frames_per_hour"] == 30.0
+    assert with_pull.loc["triggers-3", "slice_frames_per_hour"] == 25.0
+
 
 BAD_RULES = [
     ({"kind": "threshold", "when": {"weather": ["fog"]}}, "unknown kind 'threshold'"),
