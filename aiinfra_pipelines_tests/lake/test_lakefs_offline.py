@@ -1,190 +1,298 @@
-"""LakeFSLake without a server: the SDK calls it makes and how it translates SDK errors.
+"""LakeFSLake without a lakeFS server: the real SDK over HTTP against a scripted lakeFS API.
 
-The real behaviour against lakeFS is covered by the contract suite when ``LAKEFS_ENDPOINT`` is
-set; these tests pin the adapter's own logic (diff orientation, error mapping, client-side
-``stop_at``, conflict naming) by replacing the SDK's HTTP-level methods.
+Every test drives the adapter and the ``lakefs`` SDK unchanged; only the server is scripted
+(``support.http_fakes.FakeLakeFS`` answering with the JSON shapes of ``support.lakefs_api``).
+So the adapter's own logic — diff orientation, error mapping, client-side ``stop_at``, merge
+conflict naming, already-merged detection — runs end to end, and the tests assert the requests
+it actually sent (path, query, body). The contract suite runs the same port against a real
+server when ``LAKEFS_ENDPOINT`` is set.
 """
 
 from __future__ import annotations
 
 import pickle
-from types import SimpleNamespace
 
-import lakefs_sdk
 import pytest
-from lakefs import exceptions as lakefs_exc
-from lakefs.branch import Branch
-from lakefs.models import Change, Commit
-from lakefs.object import StoredObject
-from lakefs.reference import Reference
 
 from aiinfra_pipelines.lake import (
+    ConcurrentUpdateError,
     LakeError,
     LakeFSLake,
+    LakeUnavailableError,
     MergeConflictError,
     NotFoundError,
     NothingToCommitError,
-    ObjectStat,
+)
+from aiinfra_pipelines_tests.support.http_fakes import (
+    FakeLakeFS,
+    Reply,
+    commit_json,
+    repository_json,
+    serve,
+)
+from aiinfra_pipelines_tests.support.lakefs_api import (
+    API,
+    clean_branch,
+    config_json,
+    diff_json,
+    error,
+    listing,
+    merge_base_json,
+    resolves,
+    stat,
+    two_dot_diff,
 )
 
 
+def _lake(url: str, **overrides) -> LakeFSLake:
+    settings = {
+        "repository": "drive-data",
+        "endpoint": url,
+        "access_key_id": "AKIA-TEST",
+        "secret_access_key": "secret",
+        "retry_max_attempts": 2,
+        "retry_initial_backoff_s": 0.01,
+        "retry_max_backoff_s": 0.02,
+        "read_timeout_s": 30.0,  # the server answers at once; never retry on a busy runner
+    }
+    return LakeFSLake(**{**settings, **overrides})
+
+
 @pytest.fixture
-def lake() -> LakeFSLake:
-    return LakeFSLake(
-        repository="drive-data",
-        endpoint="http://lakefs.invalid:8000",
-        access_key_id="AKIA-TEST",
-        secret_access_key="secret",
-    )
+def fake():
+    server = FakeLakeFS()
+    with serve(server):
+        yield server
 
 
-def _commit(cid: str, parents: list[str]) -> Commit:
-    return Commit(
-        id=cid,
-        parents=parents,
-        committer="ci",
-        message=f"msg {cid}",
-        creation_date=1_700_000_000,
-        meta_range_id="",
-        metadata={"k": cid},
-    )
-
-
-def test_client_is_lazy_and_not_pickled(lake: LakeFSLake) -> None:
-    assert lake.client.config.host.startswith("http://lakefs.invalid:8000")
+def test_client_is_lazy_and_not_pickled(fake: FakeLakeFS) -> None:
+    resolves(fake, "main", "c-main")
+    lake = _lake(fake.url)
+    assert lake._client is None
+    assert lake.client.config.host.startswith(fake.url)
+    assert fake.calls == [], "building the client contacts nothing"
+    assert lake.resolve_ref("main") == "c-main"
     clone = pickle.loads(pickle.dumps(lake))
     assert clone._client is None
     assert clone.endpoint == lake.endpoint
+    assert clone.resolve_ref("main") == "c-main", "the clone builds its own client"
     assert clone.client is not lake.client
+    assert [c.path for c in fake.calls] == [f"{API}/commits/main"] * 2
 
 
-def test_diff_resolves_refs_and_asks_for_two_dot(lake: LakeFSLake, monkeypatch) -> None:
-    calls: list[tuple[str, str, dict]] = []
-    monkeypatch.setattr(
-        Reference, "get_commit", lambda self: SimpleNamespace(id=f"commit-of-{self.id}")
+def test_diff_resolves_refs_and_asks_for_two_dot(fake: FakeLakeFS) -> None:
+    resolves(fake, "main", "c-main")
+    resolves(fake, "feature", "c-feature")
+    diff_path = f"{API}/refs/c-main/diff/c-feature"
+    first_page = listing(
+        [
+            diff_json("z.txt", "removed", 3),
+            diff_json("dir/", "prefix_changed", path_type="common_prefix"),
+        ],
+        next_offset="dir/",
     )
+    fake.route(
+        "GET",
+        diff_path,
+        Reply(200, first_page),
+        then=Reply(200, listing([diff_json("a.txt", "added", 1)])),
+        query={"type": "two_dot"},
+    )
+    fake.route("GET", diff_path, then=Reply(200, listing([])), query={"type": "three_dot"})
 
-    def fake_diff(self, other_ref, **kwargs):
-        calls.append((self.id, other_ref, kwargs))
-        yield Change(type="removed", path="z.txt", path_type="object", size_bytes=3)
-        yield Change(type="added", path="a.txt", path_type="object", size_bytes=1)
-        yield Change(type="prefix_changed", path="dir/", path_type="common_prefix", size_bytes=None)
-
-    monkeypatch.setattr(Reference, "diff", fake_diff)
-    entries = lake.diff("main", "feature", prefix="")
+    entries = _lake(fake.url).diff("main", "feature", prefix="")
     assert [(e.key, e.type, e.size) for e in entries] == [
         ("a.txt", "added", 1),
         ("z.txt", "removed", 3),
-    ]
-    assert calls[0][0] == "commit-of-main", "left is resolved to a commit: no staged changes"
-    assert calls[0][1] == "commit-of-feature"
-    assert calls[0][2]["type"] == "two_dot"
-    lake.diff("main", "feature", three_dot=True)
-    assert calls[1][2]["type"] == "three_dot"
+    ], "objects only, sorted, across both pages"
+    first, second = fake.calls_to("GET", diff_path)
+    assert first.query == {"type": "two_dot"}, "both refs resolved to commits; no prefix"
+    assert second.query == {"type": "two_dot", "after": "dir/"}, "the next page is fetched"
+
+    assert _lake(fake.url).diff("main", "feature", prefix="dir/", three_dot=True) == []
+    assert fake.calls_to("GET", diff_path)[-1].query == {"type": "three_dot", "prefix": "dir/"}
 
 
-def test_commit_without_changes_maps_to_nothing_to_commit(lake: LakeFSLake, monkeypatch) -> None:
-    def no_changes(self, message, metadata=None, **kwargs):
-        raise lakefs_exc.BadRequestException(
-            400, "Bad Request", b'{"message":"commit: no changes"}'
-        )
-
-    monkeypatch.setattr(Branch, "commit", no_changes)
+def test_commit_sends_message_and_metadata_and_maps_no_changes(fake: FakeLakeFS) -> None:
+    fake.route("POST", f"{API}/branches/main/commits", then=error(400, "commit: no changes"))
+    fake.route(
+        "POST",
+        f"{API}/branches/ingest-b1/commits",
+        then=Reply(201, commit_json("c2", ["c1"])),
+    )
+    lake = _lake(fake.url)
     with pytest.raises(NothingToCommitError, match="main"):
         lake.commit("main", "nothing")
+    assert lake.commit("ingest-b1", "land batch", metadata={"batch": "b1"}) == "c2"
+    refused, landed = (c.json() for c in fake.calls_to("POST", f"{API}/branches/.*/commits"))
+    assert refused["message"] == "nothing" and refused["allow_empty"] is False
+    assert landed["message"] == "land batch" and landed["metadata"] == {"batch": "b1"}
 
 
-def test_missing_object_maps_to_not_found(lake: LakeFSLake, monkeypatch) -> None:
-    def missing(self, *args, **kwargs):
-        raise lakefs_exc.ObjectNotFoundException(404, "Not Found")
-
-    monkeypatch.setattr(StoredObject, "reader", missing)
+def test_missing_object_maps_to_not_found(fake: FakeLakeFS) -> None:
+    fake.route("GET", "/api/v1/config", then=Reply(200, config_json()))
+    fake.route("GET", API, then=Reply(200, repository_json()))
+    fake.route("GET", f"{API}/refs/main/objects", then=error(404, "path not found"))
+    fake.route("GET", f"{API}/refs/main/objects/stat", then=error(404, "path not found"))
+    lake = _lake(fake.url)
     with pytest.raises(NotFoundError, match=r"missing\.txt"):
         lake.get_object("main", "missing.txt")
+    with pytest.raises(NotFoundError, match=r"gone\.txt"):
+        lake.stat_object("main", "gone.txt")
+    assert fake.calls_to("GET", f"{API}/refs/main/objects")[0].query["path"] == "missing.txt"
+    assert fake.calls_to("GET", f"{API}/refs/main/objects/stat")[0].query["path"] == "gone.txt"
 
 
-def test_raw_sdk_api_errors_are_translated(lake: LakeFSLake, monkeypatch) -> None:
-    def boom(self, *args, **kwargs):
-        raise lakefs_sdk.ApiException(status=500, reason="Internal Server Error")
-
-    monkeypatch.setattr(StoredObject, "stat", boom)
-    with pytest.raises(LakeError, match="500"):
+def test_raw_api_errors_are_translated(fake: FakeLakeFS) -> None:
+    # lakeFS answers 410 "No data" when an object's bytes are gone from the object store.
+    stat_path = f"{API}/refs/main/objects/stat"
+    fake.route("GET", stat_path, then=error(410, "No data"), query={"path": "a.txt"})
+    fake.route("GET", stat_path, then=error(500, "kv store down"), query={"path": "b.txt"})
+    lake = _lake(fake.url)
+    with pytest.raises(LakeError, match=r"stat lakefs://drive-data/main/a\.txt.*No data") as gone:
         lake.stat_object("main", "a.txt")
+    assert not isinstance(gone.value, NotFoundError), "410 is not a missing key"
+    with pytest.raises(LakeUnavailableError, match=r"HTTP 500 \(kv store down\) after 2"):
+        lake.stat_object("main", "b.txt")
+    assert [c.query["path"] for c in fake.calls_to("GET", stat_path)] == ["a.txt", "b.txt", "b.txt"]
 
 
-def test_log_applies_stop_at_and_limit_client_side(lake: LakeFSLake, monkeypatch) -> None:
-    history = [_commit("c3", ["c2"]), _commit("c2", ["c1"]), _commit("c1", ["c0"])]
-    history.append(_commit("c0", []))
-    monkeypatch.setattr(Reference, "log", lambda self, max_amount=None, **kw: iter(history))
+def _history_commit(commit_id: str, parents: list[str]) -> dict:
+    return {**commit_json(commit_id, parents), "metadata": {"k": commit_id}}
+
+
+def test_log_applies_stop_at_and_limit_client_side(fake: FakeLakeFS) -> None:
+    log_path = f"{API}/refs/main/commits"
+    older = [_history_commit("c1", ["c0"]), _history_commit("c0", [])]
+    newer = [_history_commit("c3", ["c2"]), _history_commit("c2", ["c1"])]
+    fake.route("GET", log_path, then=Reply(200, listing(older)), query={"after": "c2"})
+    fake.route("GET", log_path, then=Reply(200, listing(newer, next_offset="c2")))
+    lake = _lake(fake.url)
+
     assert [c.id for c in lake.log("main", stop_at="c1")] == ["c3", "c2"]
+    assert "stop_at" not in fake.calls_to("GET", log_path)[0].query, "applied client-side"
     assert [c.id for c in lake.log("main", limit=3)] == ["c3", "c2", "c1"]
+    assert [c.id for c in lake.log("main")] == ["c3", "c2", "c1", "c0"]
+    before = len(fake.calls_to("GET", log_path))
     newest = lake.log("main", limit=1)[0]
-    assert newest.metadata == {"k": "c3"}
+    assert len(fake.calls_to("GET", log_path)) == before + 1, "no second page for limit=1"
+    assert newest.id == "c3" and newest.parents == ["c2"] and newest.metadata == {"k": "c3"}
     assert newest.created_at.year == 2023 and newest.created_at.tzinfo is not None
 
 
-def test_merge_conflict_names_the_conflicting_keys(lake: LakeFSLake, monkeypatch) -> None:
-    monkeypatch.setattr(LakeFSLake, "uncommitted", lambda self, branch: [])
-    monkeypatch.setattr(LakeFSLake, "resolve_ref", lambda self, ref: f"id-{ref}")
-    monkeypatch.setattr(
-        lakefs_sdk.RefsApi,
-        "find_merge_base",
-        lambda self, repo, src, dst: lakefs_sdk.FindMergeBaseResult(
-            source_commit_id=src, destination_commit_id="id-main", base_commit_id="id-base"
-        ),
+def _diverged_merge(fake: FakeLakeFS, merge_reply: Reply) -> None:
+    """``relabel`` (c-relabel) and ``main`` (c-main) both moved on since c-base."""
+    clean_branch(fake, "main")
+    resolves(fake, "relabel", "c-relabel", ["c-base"])
+    resolves(fake, "c-relabel", "c-relabel", ["c-base"])
+    resolves(fake, "c-main", "c-main", ["c-base"])
+    resolves(fake, "c-base", "c-base")
+    fake.route(
+        "GET",
+        f"{API}/refs/c-relabel/merge/main",
+        then=Reply(200, merge_base_json("c-relabel", "c-main", "c-base")),
     )
+    fake.route("POST", f"{API}/refs/c-relabel/merge/main", then=merge_reply)
 
-    def conflict(self, destination_branch, **kwargs):
-        raise lakefs_exc.ConflictException(409, "Conflict", b'{"message":"conflict found"}')
 
-    monkeypatch.setattr(Reference, "merge_into", conflict)
-    from aiinfra_pipelines.lake.port import DiffEntry
-
-    side = {
-        "id-relabel": [
-            DiffEntry("both-removed.json", "removed", 1),
-            DiffEntry("changed.json", "changed", 2),
-            DiffEntry("same.json", "changed", 2),
-            DiffEntry("source-only.json", "added", 2),
+def test_merge_conflict_names_the_conflicting_keys(fake: FakeLakeFS) -> None:
+    # lakeFS answers a conflict with 409 and a bare Error: the keys must be recomputed.
+    _diverged_merge(fake, error(409, "conflict found"))
+    two_dot_diff(
+        fake,
+        "c-base",
+        "c-relabel",
+        [
+            diff_json("both-removed.json", "removed", 1),
+            diff_json("changed.json", "changed", 2),
+            diff_json("removed-here.json", "removed", 2),
+            diff_json("same.json", "changed", 2),
+            diff_json("source-only.json", "added", 2),
         ],
-        "id-main": [
-            DiffEntry("both-removed.json", "removed", 1),
-            DiffEntry("changed.json", "changed", 2),
-            DiffEntry("same.json", "changed", 2),
-        ],
-    }
-    monkeypatch.setattr(LakeFSLake, "diff", lambda self, left, right, **kw: side[right])
-    checksums = {("id-relabel", "changed.json"): "x", ("id-main", "changed.json"): "y"}
-    monkeypatch.setattr(
-        LakeFSLake,
-        "stat_object",
-        lambda self, ref, key: ObjectStat(key, 2, checksums.get((ref, key), "same")),
     )
+    two_dot_diff(
+        fake,
+        "c-base",
+        "c-main",
+        [
+            diff_json("both-removed.json", "removed", 1),
+            diff_json("changed.json", "changed", 2),
+            diff_json("removed-here.json", "changed", 2),
+            diff_json("same.json", "changed", 2),
+        ],
+    )
+    stat(fake, "c-relabel", "changed.json", "x")
+    stat(fake, "c-main", "changed.json", "y")
+    stat(fake, "c-relabel", "same.json", "s")
+    stat(fake, "c-main", "same.json", "s")
+
     with pytest.raises(MergeConflictError) as caught:
-        lake.merge("relabel", "main")
-    assert caught.value.conflicts == ["changed.json"]
+        _lake(fake.url).merge("relabel", "main")
+    assert caught.value.conflicts == ["changed.json", "removed-here.json"]
+    (merge,) = fake.calls_to("POST", f"{API}/refs/c-relabel/merge/main")
+    assert merge.json()["message"] == "Merge 'relabel' into 'main'"
+    assert merge.json()["allow_empty"] is True
+    stats = [(c.path, c.query["path"]) for c in fake.calls_to("GET", f"{API}/refs/.*/stat")]
+    assert stats == [
+        (f"{API}/refs/c-relabel/objects/stat", "changed.json"),
+        (f"{API}/refs/c-main/objects/stat", "changed.json"),
+        (f"{API}/refs/c-relabel/objects/stat", "same.json"),
+        (f"{API}/refs/c-main/objects/stat", "same.json"),
+    ], "contents compared at the commits the merge saw, not at moving branch heads"
 
 
-def test_merge_of_an_already_merged_source_returns_destination_head(
-    lake: LakeFSLake, monkeypatch
-) -> None:
-    monkeypatch.setattr(LakeFSLake, "uncommitted", lambda self, branch: [])
-    monkeypatch.setattr(LakeFSLake, "resolve_ref", lambda self, ref: "id-src")
-    monkeypatch.setattr(
-        lakefs_sdk.RefsApi,
-        "find_merge_base",
-        lambda self, repo, src, dst: lakefs_sdk.FindMergeBaseResult(
-            source_commit_id="id-src", destination_commit_id="id-main", base_commit_id="id-src"
-        ),
+def test_a_409_without_conflicting_keys_is_a_race(fake: FakeLakeFS) -> None:
+    _diverged_merge(fake, error(409, "conflict found"))
+    two_dot_diff(fake, "c-base", "c-relabel", [diff_json("a.json", "added", 1)])
+    two_dot_diff(fake, "c-base", "c-main", [diff_json("b.json", "added", 1)])
+    with pytest.raises(ConcurrentUpdateError, match="raced another writer"):
+        _lake(fake.url).merge("relabel", "main")
+
+
+def test_merge_records_a_merge_commit_with_metadata(fake: FakeLakeFS) -> None:
+    _diverged_merge(fake, Reply(200, {"reference": "c-merge"}))
+    assert _lake(fake.url).merge("relabel", "main", metadata={"run": "r1"}) == "c-merge"
+    (merge,) = fake.calls_to("POST", f"{API}/refs/c-relabel/merge/main")
+    assert merge.json()["metadata"] == {"run": "r1"}
+    assert fake.calls_to("GET", f"{API}/refs/.*/diff/.*") == [], "no conflict, no diffs"
+
+
+def test_merge_of_an_already_merged_source_returns_destination_head(fake: FakeLakeFS) -> None:
+    clean_branch(fake, "main")
+    resolves(fake, "ingest-1", "c-src")
+    fake.route(
+        "GET",
+        f"{API}/refs/c-src/merge/main",
+        then=Reply(200, merge_base_json("c-src", "c-main", "c-src")),
     )
-    monkeypatch.setattr(Reference, "merge_into", lambda *a, **k: pytest.fail("must not merge"))
-    assert lake.merge("ingest-1", "main") == "id-main"
+    assert _lake(fake.url).merge("ingest-1", "main") == "c-main"
+    assert fake.calls_to("POST", f"{API}/refs/.*/merge/.*") == [], "nothing to merge"
 
 
-def test_repository_creation_needs_a_storage_namespace(lake: LakeFSLake, monkeypatch) -> None:
-    def missing_repo(self, *args, **kwargs):
-        raise lakefs_sdk.ApiException(status=404, reason="Not Found")
+def test_merge_into_a_dirty_branch_is_refused_before_merging(fake: FakeLakeFS) -> None:
+    fake.route(
+        "GET",
+        f"{API}/branches/main/diff",
+        then=Reply(200, listing([diff_json("staged.json", "added", 4)])),
+    )
+    with pytest.raises(LakeError, match="uncommitted changes"):
+        _lake(fake.url).merge("relabel", "main")
+    assert [c.path for c in fake.calls] == [f"{API}/branches/main/diff"]
 
-    monkeypatch.setattr(lakefs_sdk.RepositoriesApi, "get_repository", missing_repo)
+
+def test_repository_creation_needs_a_storage_namespace(fake: FakeLakeFS) -> None:
+    fake.route("GET", API, then=error(404, "repository not found"))
+    fake.route("POST", "/api/v1/repositories", then=Reply(201, repository_json()))
     with pytest.raises(LakeError, match="storage_namespace"):
-        lake.ensure_repository()
+        _lake(fake.url).ensure_repository()
+    assert fake.calls_to("POST", "/api/v1/repositories") == []
+
+    _lake(fake.url, storage_namespace="s3://bucket/drive-data").ensure_repository()
+    (created,) = fake.calls_to("POST", "/api/v1/repositories")
+    assert created.json() == {
+        "name": "drive-data",
+        "storage_namespace": "s3://bucket/drive-data",
+        "default_branch": "main",
+        "sample_data": False,
+        "read_only": False,
+    }

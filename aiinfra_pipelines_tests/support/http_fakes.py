@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 
 @dataclass
@@ -64,12 +65,40 @@ def repository_json(name: str = "drive-data") -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Call:
+    """One API request as the server received it, for asserting what the client asked for."""
+
+    method: str
+    path: str
+    query: dict[str, str]  # the last value of each parameter
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
 class _Route:
-    def __init__(self, method: str, pattern: str, replies: list[Reply], then: Reply) -> None:
+    def __init__(
+        self,
+        method: str,
+        pattern: str,
+        replies: list[Reply],
+        then: Reply,
+        query: dict[str, str] | None = None,
+    ) -> None:
         self.method = method
         self.pattern = re.compile(pattern)
         self.replies = list(replies)
         self.then = then
+        self.query = dict(query or {})
+
+    def matches(self, method: str, path: str, query: dict[str, str]) -> bool:
+        return (
+            self.method == method
+            and self.pattern.fullmatch(path) is not None
+            and all(query.get(k) == v for k, v in self.query.items())
+        )
 
     def next_reply(self) -> Reply:
         return self.replies.pop(0) if self.replies else self.then
@@ -112,20 +141,35 @@ class FakeLakeFS:
         self._routes: list[_Route] = []
         self._lock = threading.Lock()
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.calls: list[Call] = []  # the same requests with their query and body
         self.url = ""
         self.released = threading.Event()  # set when the server stops: stalled requests end
 
-    def route(self, method: str, path_pattern: str, *replies: Reply, then: Reply) -> None:
+    def route(
+        self,
+        method: str,
+        path_pattern: str,
+        *replies: Reply,
+        then: Reply,
+        query: dict[str, str] | None = None,
+    ) -> None:
         """Answer ``method`` on paths matching ``path_pattern`` (regex, full match) with
-        ``replies`` in order, then ``then`` for every later request."""
-        self._routes.append(_Route(method, path_pattern, list(replies), then))
+        ``replies`` in order, then ``then`` for every later request. With ``query``, only
+        requests carrying those query parameters match; the first matching route answers."""
+        self._routes.append(_Route(method, path_pattern, list(replies), then, query))
+
+    def calls_to(self, method: str, path_pattern: str) -> list[Call]:
+        """The requests received for ``method`` on paths matching ``path_pattern``, in order."""
+        pattern = re.compile(path_pattern)
+        return [c for c in self.calls if c.method == method and pattern.fullmatch(c.path)]
 
     def count(self, method: str, path_pattern: str) -> int:
         pattern = re.compile(path_pattern)
         return sum(1 for m, p, _ in self.requests if m == method and pattern.fullmatch(p))
 
     def _answer(self, handler: BaseHTTPRequestHandler) -> None:
-        path = handler.path.split("?", 1)[0]
+        path, _, raw_query = handler.path.partition("?")
+        query = {k: v[-1] for k, v in parse_qs(raw_query, keep_blank_values=True).items()}
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
         if self.gateway_upstream and not path.startswith("/api/"):
@@ -135,14 +179,8 @@ class FakeLakeFS:
             return
         with self._lock:
             self.requests.append((handler.command, path, dict(handler.headers)))
-            route = next(
-                (
-                    r
-                    for r in self._routes
-                    if r.method == handler.command and r.pattern.fullmatch(path)
-                ),
-                None,
-            )
+            self.calls.append(Call(handler.command, path, query, body))
+            route = next((r for r in self._routes if r.matches(handler.command, path, query)), None)
             reply = (
                 route.next_reply()
                 if route
@@ -182,7 +220,8 @@ def serve(fake: Any, handler: type[BaseHTTPRequestHandler] = _Handler) -> Iterat
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     server.fake = fake  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll interval: shutdown() waits up to one interval, paid by every test.
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
