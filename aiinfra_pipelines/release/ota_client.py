@@ -3,10 +3,10 @@
 A vehicle holds a trusted root (provisioned at the factory) and a persistent metadata cache;
 ``tuf.ngclient.Updater`` walks root → timestamp → snapshot → targets, checking signatures,
 thresholds, expiry and that no version ever goes backwards, then checks the engine's length
-and SHA-256 against the signed targets entry. Failures surface as the library's own
-``tuf.api.exceptions`` (``ExpiredMetadataError``, ``BadVersionNumberError``,
-``LengthOrHashMismatchError``, ``UnsignedMetadataError``…): a car installs nothing unless all
-of it holds.
+and SHA-256 against the signed targets entry. Failures surface as ``OtaVerificationError``
+naming the vehicle, with the library's own ``tuf.api.exceptions`` as its ``reason``
+(``ExpiredMetadataError``, ``BadVersionNumberError``, ``LengthOrHashMismatchError``,
+``UnsignedMetadataError``…): a car installs nothing unless all of it holds.
 
 The repository is read straight from the lake (``LakeFetcher``): the lake is where the
 repository lives, so a vehicle simulator needs no export step or HTTP server, and a real
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,26 @@ LAKE_SCHEME = "lake://"
 
 class OtaClientError(RuntimeError):
     """The repository offers no engine for this vehicle (nothing verified to install)."""
+
+
+class OtaVerificationError(OtaClientError):
+    """The repository failed TUF verification: a bad signature, a snapshot that does not match
+    targets, a version going backwards, expired metadata, a tampered file.
+
+    The vehicle installs nothing and keeps the engine and targets metadata it trusted (tuf
+    stores only metadata that verified). ``reason`` is tuf's own exception
+    (``tuf.api.exceptions``), for a caller that tells the kinds apart; the message names the
+    vehicle and tuf's reason.
+    """
+
+    def __init__(self, vin: str, action: str, reason: exceptions.RepositoryError) -> None:
+        super().__init__(f"VIN {vin}: OTA {action} refused: {type(reason).__name__}: {reason}")
+        self.vin = vin
+        self.action = action
+        self.reason = reason
+
+    def __reduce__(self):  # type: ignore[override]
+        return (self.__class__, (self.vin, self.action, self.reason))
 
 
 class LakeFetcher(FetcherInterface):
@@ -135,13 +156,30 @@ class VehicleUpdater:
             bootstrap=self._trusted_root,
         )
 
+    @contextmanager
+    def _refusing(self, action: str) -> Iterator[None]:
+        """tuf's verification failures (``RepositoryError`` and its kinds) as this project's
+        ``OtaVerificationError``, naming the vehicle and keeping tuf's reason. Download
+        failures (``DownloadError``: unreachable, missing file) are not verification and pass
+        through unchanged."""
+        try:
+            yield
+        except exceptions.RepositoryError as error:
+            raise OtaVerificationError(self.vin, action, error) from error
+
     def update(self) -> VerifiedEngine:
         """Refresh the metadata and return the verified engine this vehicle should run.
 
         The candidate when its target exists and this VIN is in the cohort; production
-        otherwise. Raises tuf's exceptions on any verification failure and
-        ``OtaClientError`` when the repository lists no engine for this vehicle.
+        otherwise. Raises ``OtaVerificationError`` on any verification failure (a bad
+        signature, a snapshot that does not match targets, a version going backwards, expiry,
+        a tampered engine file) and ``OtaClientError`` when the repository lists no engine for
+        this vehicle; either way nothing is installed.
         """
+        with self._refusing("engine update"):
+            return self._update()
+
+    def _update(self) -> VerifiedEngine:
         updater = self._updater()
         updater.refresh()
         paths = {
@@ -179,8 +217,13 @@ class VehicleUpdater:
         """Refresh the metadata and return the verified trigger config for this vehicle model.
 
         ``None`` when the repository lists none (the car keeps the config it shipped with);
-        tuf's exceptions on any verification failure, so a tampered document never loads.
+        ``OtaVerificationError`` on any verification failure, so a tampered document never
+        loads.
         """
+        with self._refusing("trigger config update"):
+            return self._trigger_config()
+
+    def _trigger_config(self) -> VerifiedTriggerConfig | None:
         updater = self._updater()
         updater.refresh()
         info = updater.get_targetinfo(trigger_target_path(self.vehicle_model))
