@@ -16,12 +16,16 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins import TorchCheckpointIO
 
 LAST_CHECKPOINT = "last.ckpt"
 RUN_ID_FILE = "mlflow_run_id"
 LOCK_FILE = ".training.lock"
+# Marks a checkpoint rewritten without its training state (.checkpoint_tiers).
+TIER_KEY = "aiinfra_checkpoint_tier"
+WEIGHTS_ONLY = "weights-only"
+# What an exact resume restores besides the weights: optimizer moments, schedule, loop counters.
+_TRAINING_STATE_KEYS = ("optimizer_states", "lr_schedulers", "loops")
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -71,27 +75,36 @@ class DurableCheckpointIO(TorchCheckpointIO):
         atomic_write_bytes(Path(path), lambda handle: torch.save(checkpoint, handle))
 
 
-def checkpoint_callback(checkpoint_dir: Path, settings: dict[str, Any]) -> ModelCheckpoint:
-    """End-of-epoch checkpoints into ``checkpoint_dir`` (``training.yaml`` ``checkpoint``).
-
-    ``last.ckpt`` is always kept: it is the resume point. The version counter is off so a
-    resumed run overwrites its own files instead of writing ``-v1`` copies beside them.
-    """
-    return ModelCheckpoint(
-        dirpath=checkpoint_dir,
-        filename="epoch={epoch:03d}",
-        auto_insert_metric_name=False,
-        save_top_k=int(settings["save_top_k"]),
-        save_last=True,
-        every_n_epochs=int(settings["every_n_epochs"]),
-        save_on_train_epoch_end=True,
-        enable_version_counter=False,
+def is_full_state(checkpoint: dict[str, Any]) -> bool:
+    """Whether a loaded checkpoint holds the full training state an exact resume needs."""
+    return checkpoint.get(TIER_KEY) != WEIGHTS_ONLY and all(
+        key in checkpoint for key in _TRAINING_STATE_KEYS
     )
 
 
+def require_full_state(checkpoint: dict[str, Any], path: Path) -> None:
+    """Refuse a weights-only checkpoint where training would continue from it.
+
+    Resuming from weights alone would restart AdamW's moments and the schedule: the run would
+    silently diverge from an uninterrupted one. Such a file is a warm start's or an
+    evaluation's weights (``PerceptionModule.load_from_checkpoint``), never a resume point.
+    """
+    if not is_full_state(checkpoint):
+        missing = [key for key in _TRAINING_STATE_KEYS if key not in checkpoint]
+        raise ValueError(
+            f"{path} is a weights-only checkpoint (no {', '.join(missing)}): training cannot "
+            "resume from it exactly; use it as a warm start's weights, or resume from a "
+            "full-state checkpoint (last.ckpt)"
+        )
+
+
 def completed_epochs(checkpoint_path: Path) -> int:
-    """Epochs fully trained in a Lightning checkpoint saved at the end of a training epoch."""
-    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+    """Epochs fully trained in a Lightning checkpoint saved at the end of a training epoch.
+
+    Only a full-state checkpoint counts: a weights-only one is refused (``ValueError``).
+    """
+    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False, mmap=True)
+    require_full_state(checkpoint, checkpoint_path)
     progress = checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]
     return int(progress["processed"])
 

@@ -31,6 +31,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.network import PerceptionNet
 
+from .checkpoint_tiers import CheckpointRetention
 from .checkpointing import (
     completed_epochs,
     exclusive,
@@ -122,6 +123,7 @@ def _resolve_settings(
     max_epochs = int(settings["max_epochs"] if max_epochs is None else max_epochs)
     if max_epochs < 1:
         raise ValueError(f"max_epochs must be >= 1, got {max_epochs}")
+    CheckpointRetention.from_config(settings["checkpoint"])  # bad retention fails up front
     return {**settings, "seed": seed, "max_epochs": max_epochs}, warm_start
 
 

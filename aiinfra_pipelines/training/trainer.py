@@ -19,7 +19,8 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from .checkpointing import DurableCheckpointIO, checkpoint_callback
+from .checkpoint_tiers import checkpoint_callback
+from .checkpointing import DurableCheckpointIO
 from .datamodule import PerceptionDataModule
 from .module import PerceptionModule
 

@@ -33,26 +33,19 @@ from aiinfra_pipelines.training.module import (
     VAL_LOSS,
     PerceptionModule,
 )
-from aiinfra_pipelines.training.train import TrainingResult, train_perception_model
+from aiinfra_pipelines.training.train import TrainingResult
 from aiinfra_pipelines.training.warm_start import WarmStart
 
-from .conftest import SMALL_CONFIG, SMALL_EPOCHS, tracking_uri
-
-EXPERIMENT = "perception-test"
-TAGS = {"dagster_run_id": "dagster-run-123", "asset": "trained_model"}
-PARAMS = {"dataset_commit_id": "c0ffee1234", "code_version": "test-code-1"}
-
-
-def _train(train: pd.DataFrame, val: pd.DataFrame, root: Path, **overrides) -> TrainingResult:
-    kwargs = {
-        "checkpoint_dir": root / "checkpoints",
-        "mlflow_tracking_uri": tracking_uri(root),
-        "experiment": EXPERIMENT,
-        "run_tags": TAGS,
-        "params": PARAMS,
-        **overrides,
-    }
-    return train_perception_model(train, val, **kwargs)
+from .conftest import (
+    EXPERIMENT,
+    PARAMS,
+    SMALL_CONFIG,
+    SMALL_EPOCHS,
+    TAGS,
+    checkpoint_tiers,
+    tracking_uri,
+)
+from .conftest import train_small as _train
 
 
 def _predict(network: torch.nn.Module, dataset: PerceptionDataset) -> tuple[np.ndarray, ...]:
@@ -157,13 +150,6 @@ def test_mlflow_records_params_tags_history_checkpoint_and_a_loadable_model(
 # -- determinism and resume (small runs) -----------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(small_split, tmp_path_factory) -> TrainingResult:
-    train, val = small_split
-    root = tmp_path_factory.mktemp("uninterrupted")
-    return _train(train, val, root, config=SMALL_CONFIG, max_epochs=SMALL_EPOCHS, seed=0)
-
-
 def test_same_seed_and_data_give_identical_weights(uninterrupted, small_split, tmp_path):
     train, val = small_split
     again = _train(train, val, tmp_path, config=SMALL_CONFIG, max_epochs=SMALL_EPOCHS, seed=0)
@@ -237,6 +223,12 @@ def test_run_killed_mid_training_resumes_into_the_same_run_and_finishes_identica
     assert (tmp_path / "paused").read_text() == str(KILL_AFTER_EPOCHS)  # 0-based: the 3rd epoch
     assert killed_after == KILL_AFTER_EPOCHS < SMALL_EPOCHS, "the kill lands mid-training"
     run_id = (checkpoint_dir / RUN_ID_FILE).read_text()
+    # Tiers (SMALL_CONFIG): the killed process had already demoted epoch 0 to weights only.
+    assert checkpoint_tiers(checkpoint_dir) == {
+        "epoch=000.ckpt": "weights-only",
+        "epoch=001.ckpt": "full",
+        "last.ckpt": "full",
+    }
 
     resumed = _train(train, val, tmp_path, config=SMALL_CONFIG, max_epochs=SMALL_EPOCHS, seed=0)
 
@@ -251,8 +243,15 @@ def test_run_killed_mid_training_resumes_into_the_same_run_and_finishes_identica
     for name in (VAL_LOSS, VAL_ACCURACY):
         steps = {point.step for point in client.get_metric_history(run_id, name)}
         assert steps == set(range(SMALL_EPOCHS)), name
-    # Same data order, augmentation draws and LR curve as without the kill: same weights.
+    # Same data order, augmentation draws and LR curve as without the kill: same weights,
+    # with the older checkpoints demoted and pruned in both processes along the way.
     _assert_same_weights(resumed.network, uninterrupted.network)
+    assert checkpoint_tiers(checkpoint_dir) == {
+        "epoch=001.ckpt": "weights-only",
+        "epoch=002.ckpt": "weights-only",
+        "epoch=003.ckpt": "full",
+        "last.ckpt": "full",
+    }
 
     # Calling again after completion trains nothing and logs no second model.
     again = _train(train, val, tmp_path, config=SMALL_CONFIG, max_epochs=SMALL_EPOCHS, seed=0)
