@@ -40,6 +40,7 @@ from aiinfra_pipelines.training.objective import (
     perception_loss,
 )
 from aiinfra_pipelines.training.settings import load_training_config
+from aiinfra_pipelines.training.trainer import scratch_trainer
 
 BENCH_KEY = b"b" * 32
 warnings.filterwarnings("ignore", message=r"You have overridden `on_after_batch_transfer`")
@@ -78,23 +79,7 @@ def lightning_pass(
     datamodule = PerceptionDataModule.from_config(frames, frames, config, seed=seed, spec=spec)
     module = PerceptionModule.from_config(spec, config, seed)
     timer = StepTimer(warmup)
-    settings = config["trainer"]
-    trainer = L.Trainer(
-        accelerator=settings["accelerator"],
-        devices=1,
-        precision=settings["precision"],
-        deterministic=settings["deterministic"],
-        max_steps=warmup + steps,
-        max_epochs=-1,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        gradient_clip_val=settings.get("gradient_clip_val"),
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[timer],
-    )
+    trainer = scratch_trainer(config, max_steps=warmup + steps, callbacks=[timer])
     trainer.fit(module, datamodule=datamodule)
     return timer.elapsed
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,38 @@ def build_trainer(
         num_sanity_val_steps=int(settings["num_sanity_val_steps"]),
         gradient_clip_val=settings.get("gradient_clip_val"),
         log_every_n_steps=int(settings["log_every_n_steps"]),
+    )
+
+
+def scratch_trainer(
+    config: dict[str, Any],
+    *,
+    max_epochs: int = -1,
+    max_steps: int = -1,
+    callbacks: Sequence[Callback] = (),
+) -> L.Trainer:
+    """A ``Trainer`` on ``config["trainer"]``'s recipe (accelerator, precision, determinism,
+    clipping) on one device, without checkpoints, logger, validation or progress output.
+
+    For benchmarks that compare data strategies or time training steps: they must measure the
+    recipe the loop trains with, not a copy of it that drifts.
+    """
+    settings = config["trainer"]
+    return L.Trainer(
+        accelerator=settings["accelerator"],
+        devices=1,
+        precision=settings["precision"],
+        deterministic=settings["deterministic"],
+        max_epochs=max_epochs,
+        max_steps=max_steps,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        gradient_clip_val=settings.get("gradient_clip_val"),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=list(callbacks),
     )
 
 
