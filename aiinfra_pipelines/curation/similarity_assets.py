@@ -12,6 +12,7 @@ from pydantic import Field
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import publish_objects, root_run_id_of
+from aiinfra_pipelines.metadata_tables import table_metadata
 from aiinfra_pipelines.mining.assets import published_mining
 from aiinfra_pipelines.perception.contract import EMBEDDING_OUTPUT
 from aiinfra_pipelines.perception.deployed import load_deployed_engine
@@ -102,28 +103,18 @@ class MoreLikeThisConfig(dg.Config):
 
 
 def _result_table(result: SimilarFrames) -> dg.TableMetadataValue:
-    return dg.MetadataValue.table(
-        records=[
-            dg.TableRecord(
-                {
-                    "rank": int(row.rank),
-                    "frame": str(row.frame),
-                    "distance": round(float(row.distance), 6),
-                    "slice": str(row.slice),
-                    "events": ", ".join(row.events),
-                }
-            )
+    return table_metadata(
+        [
+            {
+                "rank": int(row.rank),
+                "frame": str(row.frame),
+                "distance": round(float(row.distance), 6),
+                "slice": str(row.slice),
+                "events": ", ".join(row.events),
+            }
             for row in result.rows.head(RESULT_ROWS_SHOWN).itertuples(index=False)
         ],
-        schema=dg.TableSchema(
-            columns=[
-                dg.TableColumn("rank", "int"),
-                dg.TableColumn("frame", "string"),
-                dg.TableColumn("distance", "float"),
-                dg.TableColumn("slice", "string"),
-                dg.TableColumn("events", "string"),
-            ]
-        ),
+        columns=("rank", "frame", "distance", "slice", "events"),
     )
 
 

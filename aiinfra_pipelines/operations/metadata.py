@@ -12,6 +12,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
+from aiinfra_pipelines.metadata_tables import table_metadata
 from aiinfra_pipelines.release.shadow import shadow_agreement
 
 from .outbox_telemetry import outbox_by_vehicle
@@ -90,28 +91,19 @@ def drift_check_result(check_name: str, verdict: Mapping[str, Any]) -> dg.AssetC
 
 def ledger_group_table(by_group: pd.DataFrame) -> dg.TableMetadataValue:
     """CPU/GPU seconds, steps and runs per asset group as a typed Dagster table."""
-    return dg.MetadataValue.table(
-        records=[
-            dg.TableRecord(
-                {
-                    "group": str(row["group"]),
-                    "cpu_seconds": round(float(row["cpu_seconds"]), 3),
-                    "gpu_seconds": round(float(row["gpu_seconds"]), 3),
-                    "steps": int(row["steps"]),
-                    "runs": int(row["runs"]),
-                }
-            )
+    columns = ("group", "cpu_seconds", "gpu_seconds", "steps", "runs")
+    return table_metadata(
+        [
+            {
+                "group": str(row["group"]),
+                "cpu_seconds": round(float(row["cpu_seconds"]), 3),
+                "gpu_seconds": round(float(row["gpu_seconds"]), 3),
+                "steps": int(row["steps"]),
+                "runs": int(row["runs"]),
+            }
             for row in by_group.to_dict(orient="records")
         ],
-        schema=dg.TableSchema(
-            columns=[
-                dg.TableColumn("group", "string"),
-                dg.TableColumn("cpu_seconds", "float"),
-                dg.TableColumn("gpu_seconds", "float"),
-                dg.TableColumn("steps", "int"),
-                dg.TableColumn("runs", "int"),
-            ]
-        ),
+        columns=columns,
     )
 
 

@@ -17,6 +17,7 @@ from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.layout import retention_approval_key, retention_plan_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import publish_objects, root_run_id_of
+from aiinfra_pipelines.metadata_tables import table_metadata
 
 from .retention import DELETE, RetentionPlan, plan_retention
 from .retention_apply import RetentionOutcome, apply_deletions
@@ -84,26 +85,19 @@ def plan_table(plan: RetentionPlan, rows: int) -> dg.TableMetadataValue:
     """The plan's first ``rows`` rows, deletions first, as a typed Dagster table."""
     ordered = sorted(plan.rows, key=lambda r: (r.action != DELETE, r.kind, r.name))[:rows]
     columns = ("kind", "name", "age_days", "action", "reason", "dependents")
-    return dg.MetadataValue.table(
-        records=[
-            dg.TableRecord(
-                {
-                    "kind": row.kind,
-                    "name": row.name,
-                    "age_days": float(row.age_days),
-                    "action": row.action,
-                    "reason": row.reason,
-                    "dependents": ", ".join(row.dependents),
-                }
-            )
+    return table_metadata(
+        [
+            {
+                "kind": row.kind,
+                "name": row.name,
+                "age_days": float(row.age_days),
+                "action": row.action,
+                "reason": row.reason,
+                "dependents": ", ".join(row.dependents),
+            }
             for row in ordered
         ],
-        schema=dg.TableSchema(
-            columns=[
-                dg.TableColumn(name, "float" if name == "age_days" else "string")
-                for name in columns
-            ]
-        ),
+        columns=columns,
     )
 
 

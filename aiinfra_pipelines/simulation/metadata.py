@@ -11,33 +11,11 @@ from typing import Any
 
 import dagster as dg
 
+from aiinfra_pipelines.metadata_tables import table_metadata
+
 from .regression import HEADLINE_KEYS
 from .report_view import report_table_rows
 from .roles import ROLE_CANDIDATE, ROLES
-
-
-def table_metadata(rows: list[dict[str, Any]]) -> dg.TableMetadataValue:
-    """Rows as a Dagster table, each column typed from its non-null values."""
-    columns = []
-    for name in rows[0] if rows else []:
-        values = [row[name] for row in rows if row[name] is not None]
-        kind = (
-            "bool"
-            if values and all(isinstance(v, bool) for v in values)
-            else "float"
-            if values and all(isinstance(v, int | float) for v in values)
-            else "string"
-        )
-        columns.append(dg.TableColumn(name, kind))
-    return dg.MetadataValue.table(
-        records=[
-            dg.TableRecord(
-                {k: (v if isinstance(v, str | int | float | bool) else None) for k, v in r.items()}
-            )
-            for r in rows
-        ],
-        schema=dg.TableSchema(columns=columns),
-    )
 
 
 def shard_outcome_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
