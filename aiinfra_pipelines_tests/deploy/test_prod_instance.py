@@ -1,20 +1,17 @@
 """The production ``dagster.yaml`` as a real instance: Postgres storage, K8sRunLauncher, run
 queue, pools, retries and S3 compute logs — everything a cluster has except the cluster.
 
-A throw-away Postgres server (the Debian ``postgresql`` binaries) is started for the module
-and stopped afterwards; the test is skipped where they are not installed. The run launcher is
-pointed at a kubeconfig file instead of the in-cluster service account (the only change made
-to the file); compute logs go to moto's S3.
+A throw-away Postgres server (``support/services.py``: the image's Postgres binaries) is
+started for the module and stopped afterwards by pid; the test is skipped where they are not
+installed. The run launcher is pointed at a kubeconfig file instead of the in-cluster service
+account (the only change made to the file); compute logs go to moto's S3.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,8 +22,9 @@ import yaml
 
 from aiinfra_pipelines.config import PROJECT_ROOT, resources_dir
 from aiinfra_pipelines_tests.support.http_fakes import moto_s3
+from aiinfra_pipelines_tests.support.services import postgres_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.services]
 
 KUBECONFIG = """\
 apiVersion: v1
@@ -36,66 +34,13 @@ users: [{name: test, user: {token: not-a-real-token}}]
 contexts: [{name: test, context: {cluster: test, user: test}}]
 current-context: test
 """
-PG_PASSWORD = "pg-password-from-secret"
-
-
-def _postgres_bin() -> Path | None:
-    found = shutil.which("initdb")
-    if found:
-        return Path(os.path.realpath(found)).parent
-    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    return candidates[-1].parent if candidates else None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[dict[str, str]]:
-    """A Postgres server on a free localhost port (initdb as user postgres when root)."""
-    bindir = _postgres_bin()
-    if bindir is None:
-        pytest.skip("Postgres server binaries (initdb, pg_ctl) are not installed")
-    as_user: list[str] = []
-    # Not under pytest's tmp root: that is private to root, and the server runs as postgres.
-    root = Path(tempfile.mkdtemp(prefix="aiinfra-pg-"))
-    if os.geteuid() == 0:
-        if shutil.which("runuser") is None:
-            pytest.skip("running as root without runuser: initdb refuses root")
-        as_user = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(root, user="postgres")
-    data, port = root / "data", _free_port()
-    password_file = root / "pwfile"
-    password_file.write_text(PG_PASSWORD)
-    if as_user:
-        shutil.chown(password_file, user="postgres")
-    for command in (
-        [str(bindir / "initdb"), "-D", str(data), "-U", "dagster", "-A", "md5",
-         f"--pwfile={password_file}"],
-        [str(bindir / "pg_ctl"), "-D", str(data), "-w", "-t", "60", "-l", str(root / "log"),
-         "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"],
-    ):  # fmt: skip
-        done = subprocess.run([*as_user, *command], capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            shutil.rmtree(root, ignore_errors=True)
-            pytest.fail(f"{command[0]} failed: {done.stdout[-1000:]} {done.stderr[-1000:]}")
-    try:
-        yield {
-            "DAGSTER_PG_HOST": "127.0.0.1",
-            "DAGSTER_PG_PORT": str(port),
-            "DAGSTER_PG_DB": "postgres",
-            "DAGSTER_PG_USERNAME": "dagster",
-            "DAGSTER_PG_PASSWORD": PG_PASSWORD,
-        }
-    finally:
-        subprocess.run(
-            [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-            capture_output=True, timeout=60,
-        )  # fmt: skip
-        shutil.rmtree(root, ignore_errors=True)
+    """A Postgres server on a free localhost port (support/services.py), as DAGSTER_PG_* env."""
+    with postgres_server() as server:
+        yield server.dagster_env()
 
 
 @pytest.fixture

@@ -120,6 +120,7 @@ def _persisted_bytes(root: Path) -> list[tuple[Path, bytes]]:
 
 
 @pytest.mark.slow
+@pytest.mark.services  # moto's S3 server
 def test_a_prod_run_stores_no_secret_anywhere(prod_env: Path, lakefs: FakeLakeFS, s3: str):
     seen.clear()
     resources = build_resources("prod")

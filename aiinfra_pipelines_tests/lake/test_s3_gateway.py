@@ -60,6 +60,7 @@ def _gateway(url: str, **kwargs) -> S3Gateway:
     return S3Gateway(url, KEY_ID, SECRET, policy=FAST_RETRIES, **kwargs)
 
 
+@pytest.mark.services  # moto's S3 server
 def test_objects_round_trip_with_lakefs_key_layout(moto_url: str, bucket: str) -> None:
     gateway = _gateway(moto_url)
     etag = gateway.put(bucket, "main/logs/a.mcap", b"aaaa")
@@ -81,6 +82,7 @@ def test_objects_round_trip_with_lakefs_key_layout(moto_url: str, bucket: str) -
     assert SECRET not in repr(gateway) and SECRET not in repr(vars(gateway))
 
 
+@pytest.mark.services  # moto's S3 server
 def test_listing_follows_pagination(moto_url: str, bucket: str) -> None:
     gateway = _gateway(moto_url)
     for index in range(7):
@@ -90,6 +92,7 @@ def test_listing_follows_pagination(moto_url: str, bucket: str) -> None:
     assert keys == [f"main/k/{index:02d}" for index in range(7)]
 
 
+@pytest.mark.services  # moto's S3 server
 def test_large_objects_go_multipart_and_come_back_intact(moto_url: str, bucket: str) -> None:
     data = os.urandom(11 * MIB + 123)  # 3 parts of 5 MiB, 5 MiB, 1 MiB + 123 B
     etag = _gateway(moto_url, transfer=SMALL_PARTS).put(bucket, "main/big.bin", data)
@@ -99,6 +102,7 @@ def test_large_objects_go_multipart_and_come_back_intact(moto_url: str, bucket: 
     )
 
 
+@pytest.mark.services  # moto's S3 server
 def test_a_resumable_upload_survives_its_uploader(moto_url: str, bucket: str) -> None:
     """What a car's outbox does: open, send some parts, die; a new process lists what arrived
     and sends only the rest."""
@@ -129,6 +133,7 @@ def proxy(moto_url: str) -> Iterator[FaultyProxy]:
         yield faulty
 
 
+@pytest.mark.services  # moto's S3 server
 def test_5xx_is_retried_and_4xx_is_not(proxy: FaultyProxy, moto_url: str, bucket: str) -> None:
     gateway = _gateway(proxy.url)
     proxy.fail("PUT", 503, 500)
@@ -153,6 +158,7 @@ def test_5xx_is_retried_and_4xx_is_not(proxy: FaultyProxy, moto_url: str, bucket
     assert proxy.count("GET") == 6
 
 
+@pytest.mark.services  # moto's S3 server
 def test_a_failing_part_is_retried_alone(proxy: FaultyProxy, bucket: str) -> None:
     data = os.urandom(10 * MIB + 1)  # 3 parts
     proxy.fail("PUT", 503)  # the first part upload to arrive fails once
@@ -161,6 +167,7 @@ def test_a_failing_part_is_retried_alone(proxy: FaultyProxy, bucket: str) -> Non
     assert _gateway(proxy.url).get(bucket, "main/parts.bin") == data
 
 
+@pytest.mark.services  # moto's S3 server
 def test_an_upload_that_cannot_finish_is_aborted(
     proxy: FaultyProxy, moto_url: str, bucket: str
 ) -> None:
@@ -172,6 +179,7 @@ def test_an_upload_that_cannot_finish_is_aborted(
     assert "Contents" not in _raw(moto_url).list_objects_v2(Bucket=bucket, Prefix="main/doomed")
 
 
+@pytest.mark.services  # moto's S3 server
 def test_lakefs_lake_moves_object_bytes_through_the_gateway(moto_url: str) -> None:
     """``object_io: s3_gateway``: bytes go to bucket = repository, key = ``<ref>/<path>``; the
     lakeFS API is asked only for the stat (its checksum is what the port reports)."""
