@@ -11,7 +11,14 @@ same budget of frames from the pool:
 * ``all_badcases``: the mined badcases in a seeded random order, truncated to the budget (what
   the dataset did before: every accepted badcase);
 * ``selection``: ``curation.selection.select_frames`` over the mined badcases with the
-  ``datasets.yaml`` ``selection`` settings (the budget from ``--budget``).
+  ``datasets.yaml`` ``selection`` settings (the budget from ``--budget``);
+* ``selection[NAME=VALUE,...]``: the same with overrides, one per ``--variant`` (variants
+  share the seed's base model and the other strategies' runs: one more training each).
+
+The default fleet (8 vehicles x 8 episodes, ~3,300 frames, ~130 logs over ~20 slices per
+seed) gives a pool of ~1,500 frames and a benchmark with several logs per slice; on a smaller
+fleet (``--vehicles 4 --episodes 4``) a slice has one to four logs in all and the strategies
+cannot be told apart from the noise of which log lands in the benchmark.
 
 and the real network (``training.yaml`` recipe, Lightning) is trained from the base model's
 weights (the loop warm-starts a cycle from the deployed model) for the same epochs on base +
@@ -19,7 +26,8 @@ chosen frames, then scored per slice on the benchmark
 (``evaluation.predict.slice_metrics``). Worst slice = the lowest occupancy accuracy among the
 benchmark's slices with at least ``--min-slice-frames`` frames.
 
-    .venv/bin/python benchmarks/selection.py [--json] [--seeds 3] [--budget 100]
+    .venv/bin/python benchmarks/selection.py [--json] [--seeds 3] [--budget 150]
+        [--variant weakness_baseline=1]
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import json
 import logging
 import os
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -59,6 +68,7 @@ from aiinfra_pipelines.perception.labels import ground_truth_labels
 from aiinfra_pipelines.training.datamodule import PerceptionDataModule
 from aiinfra_pipelines.training.module import PerceptionModule
 from aiinfra_pipelines.training.settings import load_training_config
+from aiinfra_pipelines.training.trainer import scratch_trainer
 
 BENCH_KEY = b"s" * 32
 STRATEGIES = ("random", "all_badcases", "selection")
@@ -123,21 +133,7 @@ def train(
     module = PerceptionModule.from_config(spec, config, seed)
     if start is not None:
         module.net.load_state_dict(start.state_dict())
-    settings = config["trainer"]
-    trainer = L.Trainer(
-        accelerator=settings["accelerator"],
-        devices=1,
-        precision=settings["precision"],
-        deterministic=settings["deterministic"],
-        max_epochs=epochs,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        gradient_clip_val=settings.get("gradient_clip_val"),
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = scratch_trainer(config, max_epochs=epochs)
     trainer.fit(module, datamodule=datamodule)
     return module.net.eval()
 
@@ -162,10 +158,14 @@ def choose(
     pool: pd.DataFrame,
     base: pd.DataFrame,
     base_model: torch.nn.Module,
-    params: SelectionParams,
+    selections: dict[str, SelectionParams],
     seed: int,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
-    """Each strategy's chosen pool rows (at most ``params.budget_frames``), and mining facts."""
+    """Each strategy's chosen pool rows (at most the budget), and mining facts.
+
+    ``selections`` maps a strategy name to its selection parameters: ``"selection"`` (the
+    configured settings) and any ``--variant``; all share one budget.
+    """
     spec = perception_spec()
     predictions, embeddings = engine_view(base_model, pool)
     labels = ground_truth_labels(pool, spec)
@@ -173,7 +173,7 @@ def choose(
     pool = pool.assign(confidence=predictions.confidence.astype(np.float64))
     keys = ["log_id", "frame_index"]
     is_badcase = pool.index.isin(pool.reset_index().merge(badcases[keys], on=keys)["index"])
-    budget = params.budget_frames
+    budget = selections["selection"].budget_frames
     rng = np.random.default_rng(seed)
     random_rows = np.sort(rng.choice(len(pool), size=min(budget, len(pool)), replace=False))
     bad_rows = np.flatnonzero(is_badcase)
@@ -182,29 +182,32 @@ def choose(
     base_targets = ground_truth_labels(base, spec)[0].reshape(len(base), -1)
     errors = badcases.drop_duplicates(keys)[[*keys, "disagreement"]]
     candidates = pool[is_badcase].reset_index(drop=True).merge(errors, on=keys, how="left")
-    selection = select_frames(
-        candidates[["log_id", "frame_index", "slice", "confidence", "disagreement"]],
-        params,
-        seed=seed,
-        embeddings=embeddings[is_badcase],
-        train_embeddings=base_embeddings,
-        train_targets=base_targets,
-    )
-    chosen_keys = selection.chosen[["log_id", "frame_index"]]
-    return (
-        {
-            "random": pool.iloc[random_rows],
-            "all_badcases": pool.iloc[np.sort(shuffled)],
-            "selection": pool.merge(chosen_keys, on=["log_id", "frame_index"]),
-        },
-        {"pool_frames": len(pool), "badcases": int(is_badcase.sum()), **_brief(selection.summary)},
-    )
+    chosen = {"random": pool.iloc[random_rows], "all_badcases": pool.iloc[np.sort(shuffled)]}
+    facts: dict[str, Any] = {
+        "pool_frames": len(pool),
+        "badcases": int(is_badcase.sum()),
+        "selection_facts": {},
+    }
+    for name, params in selections.items():
+        selection = select_frames(
+            candidates[["log_id", "frame_index", "slice", "confidence", "disagreement"]],
+            params,
+            seed=seed,
+            embeddings=embeddings[is_badcase],
+            train_embeddings=base_embeddings,
+            train_targets=base_targets,
+        )
+        chosen[name] = pool.merge(selection.chosen[["log_id", "frame_index"]], on=keys)
+        facts["selection_facts"][name] = _brief(selection.summary)
+    return chosen, facts
 
 
 def _brief(summary: dict[str, Any]) -> dict[str, Any]:
     return {
-        "selection_per_reason": summary["per_reason"],
-        "selection_per_slice": {k: v["chosen"] for k, v in summary["per_slice"].items()},
+        "per_reason": summary["per_reason"],
+        "per_slice": {k: v["chosen"] for k, v in summary["per_slice"].items()},
+        "quotas": summary["quotas"],
+        "slice_weakness": summary["slice_weakness"],
     }
 
 
@@ -229,7 +232,7 @@ def worst_and_overall(metrics: pd.DataFrame, min_frames: int) -> dict[str, Any]:
 def one_seed(
     frames: pd.DataFrame,
     seed: int,
-    params: SelectionParams,
+    selections: dict[str, SelectionParams],
     epochs: int,
     base_share: float,
     min_slice_frames: int,
@@ -238,7 +241,7 @@ def one_seed(
     started = time.monotonic()
     base, pool, benchmark = split_pool(frames, seed, base_share)
     base_model = train(base, epochs, seed)
-    chosen, facts = choose(pool, base, base_model, params, seed)
+    chosen, facts = choose(pool, base, base_model, selections, seed)
     result: dict[str, Any] = {
         "seed": seed,
         "base_frames": len(base),
@@ -246,7 +249,7 @@ def one_seed(
         "pool_per_slice": {str(k): int(v) for k, v in pool["slice"].value_counts().items()},
         **facts,
     }
-    for name in STRATEGIES:
+    for name in chosen:
         network = train(
             pd.concat([base, chosen[name]], ignore_index=True), epochs, seed, start=base_model
         )
@@ -257,6 +260,13 @@ def one_seed(
             "worst_slice_frames_added": int((added == figures["worst_slice"]).sum()),
             **figures,
         }
+        print(  # progress: a seed takes minutes per strategy on a laptop CPU
+            f"seed {seed} {name}: worst {figures['worst_slice']} "
+            f"{figures['worst_slice_accuracy']:.4f} overall {figures['overall_accuracy']:.4f}",
+            file=sys.stderr,
+            flush=True,
+        )
+    result["strategies"] = list(chosen)
     result["seconds"] = round(time.monotonic() - started, 1)
     return result
 
@@ -264,7 +274,7 @@ def one_seed(
 def summarize(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     """One object keyed by strategy: seed means, the most frequent worst slice, per seed."""
     summary: dict[str, Any] = {}
-    for name in STRATEGIES:
+    for name in per_seed[0]["strategies"]:
         runs = [seed_result[name] for seed_result in per_seed]
         worst = [run["worst_slice_accuracy"] for run in runs]
         summary[name] = {
@@ -282,17 +292,22 @@ def summarize(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
             ],
         }
     random_worst = [s["random"]["worst_slice_accuracy"] for s in per_seed]
-    selection_worst = [s["selection"]["worst_slice_accuracy"] for s in per_seed]
-    summary["selection"]["worst_slice_wins_over_random"] = sum(
-        a > b for a, b in zip(selection_worst, random_worst, strict=True)
-    )
+    for name in per_seed[0]["strategies"]:
+        if name.startswith("selection"):
+            worst = [s[name]["worst_slice_accuracy"] for s in per_seed]
+            summary[name]["worst_slice_wins_over_random"] = sum(
+                a > b for a, b in zip(worst, random_worst, strict=True)
+            )
+            summary[name]["worst_slice_gain_over_random"] = statistics.fmean(
+                a - b for a, b in zip(worst, random_worst, strict=True)
+            )
     return summary
 
 
 def run_benchmark(
     seeds: list[int],
     frames_for_seed: FramesForSeed,
-    params: SelectionParams,
+    selections: dict[str, SelectionParams],
     *,
     epochs: int,
     base_share: float = 0.4,
@@ -300,7 +315,7 @@ def run_benchmark(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(summary keyed by strategy, the per-seed details with mining facts)."""
     per_seed = [
-        one_seed(frames_for_seed(seed), seed, params, epochs, base_share, min_slice_frames)
+        one_seed(frames_for_seed(seed), seed, selections, epochs, base_share, min_slice_frames)
         for seed in seeds
     ]
     return summarize(per_seed), per_seed
@@ -313,7 +328,7 @@ def _print(summary: dict[str, Any], per_seed: list[dict[str, Any]], seconds: flo
             f"{seed_result['pool_frames']} ({seed_result['badcases']} badcases), benchmark "
             f"{seed_result['benchmark_frames']}; {seed_result['seconds']:.0f} s to train and score"
         )
-        for name in STRATEGIES:
+        for name in seed_result["strategies"]:
             run = seed_result[name]
             print(
                 f"  {name:<13} +{run['frames_added']:>4} frames  worst {run['worst_slice']:<24} "
@@ -321,35 +336,54 @@ def _print(summary: dict[str, Any], per_seed: list[dict[str, Any]], seconds: flo
                 f"frames)  overall {run['overall_accuracy']:.4f}"
             )
     print(f"mean over {len(per_seed)} seed(s):")
-    for name in STRATEGIES:
-        row = summary[name]
+    for name, row in summary.items():
         print(
             f"  {name:<13} worst-slice accuracy {row['worst_slice_accuracy']:.4f}  overall "
             f"{row['overall_accuracy']:.4f}  (most often worst: {row['worst_slice']})"
         )
-    wins = summary["selection"]["worst_slice_wins_over_random"]
-    print(f"selection beats random on the worst slice in {wins}/{len(per_seed)} seed(s)")
+    for name, row in summary.items():
+        if "worst_slice_wins_over_random" in row:
+            print(
+                f"{name} beats random on the worst slice in "
+                f"{row['worst_slice_wins_over_random']}/{len(per_seed)} seed(s), by "
+                f"{row['worst_slice_gain_over_random']:+.4f} on average"
+            )
     print(f"{seconds:.0f} s")
 
 
-def _overrides(pairs: list[str]) -> dict[str, float | int]:
+def _overrides(pairs: list[str], flag: str = "--param") -> dict[str, float | int]:
     """``["clip_radius=0", ...]`` → ``{"clip_radius": 0}`` (types of ``SelectionParams``)."""
     types = {name: type(value) for name, value in vars(SelectionParams(1)).items()}
     overrides: dict[str, float | int] = {}
     for pair in pairs:
         name, _, value = pair.partition("=")
         if name not in types or name == "budget_frames" or not value:
-            raise SystemExit(f"--param {pair!r}: expected NAME=VALUE, NAME one of {sorted(types)}")
+            raise SystemExit(f"{flag} {pair!r}: expected NAME=VALUE, NAME one of {sorted(types)}")
         overrides[name] = types[name](value)
     return overrides
+
+
+def selections_to_compare(
+    params: SelectionParams, variants: list[str]
+) -> dict[str, SelectionParams]:
+    """``{"selection": params, "selection[a=1,b=2]": params with a=1, b=2, ...}``: variants
+    share the seed's base model, pool and the random/all-badcases runs, so they cost one
+    training each."""
+    selections = {"selection": params}
+    for variant in variants:
+        pairs = [pair.strip() for pair in variant.split(",") if pair.strip()]
+        selections[f"selection[{','.join(pairs)}]"] = replace(
+            params, **_overrides(pairs, "--variant")
+        )
+    return selections
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (each its own fleet)")
-    parser.add_argument("--budget", type=int, default=100, help="frames added per strategy")
-    parser.add_argument("--vehicles", type=int, default=4)
-    parser.add_argument("--episodes", type=int, default=4)
+    parser.add_argument("--budget", type=int, default=150, help="frames added per strategy")
+    parser.add_argument("--vehicles", type=int, default=8)
+    parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--base-share", type=float, default=0.4)
     parser.add_argument("--min-slice-frames", type=int, default=10)
@@ -368,6 +402,13 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="override a datasets.yaml selection setting, e.g. clip_radius=0 (an ablation)",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE[,NAME=VALUE]",
+        help="also run the selection with these overrides (its own key in the output)",
+    )
     args = parser.parse_args()
     params = replace(
         SelectionSettings.load().params, budget_frames=args.budget, **_overrides(args.param)
@@ -376,7 +417,7 @@ def main() -> None:
     summary, per_seed = run_benchmark(
         list(range(args.first_seed, args.first_seed + args.seeds)),
         lambda seed: fleet_frames(args.vehicles, args.episodes, seed, args.cache),
-        params,
+        selections_to_compare(params, args.variant),
         epochs=args.epochs,
         base_share=args.base_share,
         min_slice_frames=args.min_slice_frames,

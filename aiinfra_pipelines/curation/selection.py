@@ -82,6 +82,7 @@ class SelectionParams:
     diversity_weight: float = 0.5
     min_slice_share: float = 0.0
     weak_slice_share: float = 0.0
+    weakness_baseline: float = 0.0
     clip_radius: int = 0
     ensemble_members: int = 8
     ridge: float = 1.0
@@ -98,6 +99,7 @@ class SelectionParams:
             "diversity_weight": self.diversity_weight,
             "min_slice_share": self.min_slice_share,
             "weak_slice_share": self.weak_slice_share,
+            "weakness_baseline": self.weakness_baseline,
         }
         return [(name, value) for name, value in shares.items() if not 0.0 <= value <= 1.0]
 
@@ -238,13 +240,17 @@ def slice_quotas(
     min_share: float,
     weakness: pd.Series | None = None,
     weak_share: float = 0.0,
+    baseline: float = 0.0,
 ) -> dict[str, int]:
     """Minimum chosen frames per slice: the larger of ``ceil(min_share x budget)`` and the
     slice's part of ``weak_share x budget`` in proportion to its ``weakness`` (slice → a
-    non-negative score), capped by the slice's candidates. When the quotas add up to more than
-    the budget, they are filled in priority order until it runs out (the budget always wins)."""
+    non-negative score) above ``baseline`` x the slices' mean weakness, capped by the slice's
+    candidates. When the quotas add up to more than the budget, they are filled in priority
+    order until it runs out (the budget always wins)."""
     floor = math.ceil(min_share * budget) if min_share > 0 else 0
     counts = slices.astype(str).value_counts()
+    if weakness is not None and baseline > 0 and len(weakness):
+        weakness = weakness - baseline * float(weakness.astype(np.float64).mean())
     weak = weak_quotas(weakness, budget, weak_share)
     return {
         str(name): int(min(max(floor, weak.get(str(name), 0)), count))
@@ -453,6 +459,7 @@ def select_frames(
             params.min_slice_share,
             weakness,
             params.weak_slice_share,
+            params.weakness_baseline,
         ),
     )
     budget_left, order = min(params.budget_frames, len(candidates)), 0

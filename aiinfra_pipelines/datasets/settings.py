@@ -88,6 +88,7 @@ class SelectionSettings:
                 diversity_weight=section.float("diversity_weight"),
                 min_slice_share=section.float("min_slice_share"),
                 weak_slice_share=section.float("weak_slice_share"),
+                weakness_baseline=section.float("weakness_baseline"),
                 clip_radius=section.int("clip_radius"),
                 ensemble_members=section.int("ensemble_members"),
                 ridge=section.float("ridge"),

@@ -3,6 +3,8 @@ agreement on a real mined lake, and the benchmark script's core on a tiny config
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -98,6 +100,26 @@ def test_weak_slices_get_budget_in_proportion_to_the_engines_error_on_them():
     unlabelled = select_frames(candidates.drop(columns="disagreement"), params, seed=0)
     assert unlabelled.summary["slice_weakness"]["basis"] == "uncertainty"
     assert (unlabelled.chosen["slice"] == "weak").sum() < 3
+
+
+def test_a_weakness_baseline_gives_the_weak_share_to_slices_worse_than_average():
+    # Errors 0.30 / 0.15 / 0.15 (mean 0.20): proportionally the weak share goes 2 : 1 : 1;
+    # above the mean only "worst" is weaker than average, so it gets all of it.
+    slices = ["worst"] * 10 + ["a"] * 10 + ["b"] * 10
+    candidates = _candidates(slices).assign(confidence=0.5, disagreement=[0.30] * 10 + [0.15] * 20)
+    proportional = SelectionParams(budget_frames=8, weak_slice_share=0.5)
+    assert select_frames(candidates, proportional, seed=0).summary["quotas"] == {
+        "a": 1,
+        "b": 1,
+        "worst": 2,
+    }
+    above_mean = replace(proportional, weakness_baseline=1.0)
+    selection = select_frames(candidates, above_mean, seed=0)
+    assert selection.summary["quotas"] == {"worst": 4}
+    assert (selection.chosen["slice"] == "worst").sum() >= 4
+    # Equal errors leave nothing above the mean: no weakness quotas at all.
+    even = candidates.assign(disagreement=0.2)
+    assert select_frames(even, above_mean, seed=0).summary["quotas"] == {}
 
 
 def test_clip_context_brings_neighbours_counted_against_the_budget():
@@ -297,13 +319,23 @@ def test_benchmark_core_compares_strategies_at_equal_budget(monkeypatch):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     frames = fleet_frames(4, 2, 0)
-    summary, per_seed = bench.run_benchmark(
-        [0], lambda seed: frames, SelectionParams(budget_frames=40, clip_radius=1), epochs=1
+    selections = bench.selections_to_compare(
+        SelectionParams(budget_frames=40, clip_radius=1), ["weakness_baseline=1, clip_radius=0"]
     )
-    assert set(summary) == set(bench.STRATEGIES)
+    variant = "selection[weakness_baseline=1,clip_radius=0]"
+    assert selections[variant] == SelectionParams(40, weakness_baseline=1.0, clip_radius=0)
+    summary, per_seed = bench.run_benchmark([0], lambda seed: frames, selections, epochs=1)
+    strategies = {*bench.STRATEGIES, variant}
+    assert set(summary) == strategies
     (seed,) = per_seed
-    assert {seed[name]["frames_added"] for name in bench.STRATEGIES} == {40}
-    for name in bench.STRATEGIES:
+    assert {seed[name]["frames_added"] for name in strategies} == {40}
+    gains = {name: summary[name].get("worst_slice_gain_over_random") for name in strategies}
+    assert gains["random"] is None and gains[variant] == pytest.approx(
+        summary[variant]["worst_slice_accuracy"] - summary["random"]["worst_slice_accuracy"]
+    )
+    with pytest.raises(SystemExit, match="--variant 'nonsense=1'"):
+        bench.selections_to_compare(SelectionParams(40), ["nonsense=1"])
+    for name in strategies:
         row = summary[name]
         per_slice = row["per_seed"][0]["per_slice"]
         assert row["worst_slice"] == min(per_slice, key=per_slice.get)
