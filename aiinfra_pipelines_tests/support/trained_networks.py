@@ -31,8 +31,24 @@ def train_network(
 ) -> PerceptionNet:
     """``PerceptionNet`` fitted with AdamW on ``frames`` (the training loss of the project)."""
     torch.manual_seed(seed)
-    network = PerceptionNet(perception_spec())
-    optimizer = torch.optim.AdamW(network.parameters(), lr=3e-3, weight_decay=0.05)
+    return fit_network(PerceptionNet(perception_spec()), frames, epochs, seed, batch_size)
+
+
+def fit_network(
+    network: PerceptionNet,
+    frames: LabelledFrames,
+    epochs: int,
+    seed: int,
+    batch_size: int = 32,
+    *,
+    lr: float = 3e-3,
+    weight_decay: float = 0.05,
+    lead_gap_weight: float = 1.0,
+    smooth_l1_beta: float = 0.05,
+) -> PerceptionNet:
+    """``network`` fitted in place with plain AdamW and the project's loss (no augmentation, no
+    Lightning): a network whose quantization questions mean something, in seconds to minutes."""
+    optimizer = torch.optim.AdamW(network.parameters(), lr=lr, weight_decay=weight_decay)
     images = torch.from_numpy(images_to_input(frames.images))
     occupancy = torch.from_numpy(frames.occupancy_target)
     lead_gap = torch.from_numpy(frames.lead_gap_target).reshape(-1, 1)
@@ -46,8 +62,8 @@ def train_network(
                 gap,
                 occupancy[batch],
                 lead_gap[batch],
-                lead_gap_weight=1.0,
-                smooth_l1_beta=0.05,
+                lead_gap_weight=lead_gap_weight,
+                smooth_l1_beta=smooth_l1_beta,
             )
             optimizer.zero_grad()
             loss.backward()
