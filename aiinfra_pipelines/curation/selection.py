@@ -26,7 +26,9 @@ candidate with the highest priority
 Two constraints shape the greedy order:
 
 * **slice quotas**: while a slice holds fewer chosen frames than its quota only such slices
-  are eligible. A quota is the larger of a floor (``min_slice_share`` × budget: a rare slice
+  are eligible, the least filled first (round-robin: every slice gets a pick before any gets
+  a second, so quotas that add up to more than the budget still reach the rarest slice).
+  A quota is the larger of a floor (``min_slice_share`` × budget: a rare slice
   is never crowded out by a common one) and the slice's share of ``weak_slice_share`` × budget
   in proportion to its **weakness**: the deployed engine's mean error on the slice's candidates
   against their auto-labels (the mined ``disagreement``, the share of occupancy cells it got
@@ -245,8 +247,8 @@ def slice_quotas(
     """Minimum chosen frames per slice: the larger of ``ceil(min_share x budget)`` and the
     slice's part of ``weak_share x budget`` in proportion to its ``weakness`` (slice → a
     non-negative score) above ``baseline`` x the slices' mean weakness, capped by the slice's
-    candidates. When the quotas add up to more than the budget, they are filled in priority
-    order until it runs out (the budget always wins)."""
+    candidates. When the quotas add up to more than the budget, they are filled in turns
+    (least filled slice first) until it runs out (the budget always wins)."""
     floor = math.ceil(min_share * budget) if min_share > 0 else 0
     counts = slices.astype(str).value_counts()
     if weakness is not None and baseline > 0 and len(weakness):
@@ -321,13 +323,24 @@ class _Greedy:
         self.picked = dict.fromkeys(self.quotas, 0)
 
     def eligible(self) -> tuple[np.ndarray, bool]:
-        """(mask of candidates that may be picked next, whether a quota restricts it)."""
+        """(mask of candidates that may be picked next, whether a quota restricts it).
+
+        Slices below their quota take turns: only those least filled (picked / quota) are
+        eligible. When the quotas add up to more than the budget — many slices, or clip
+        context taking several frames per pick — filling them in priority order would spend
+        the budget before the last slices got any, and the last are the rarest: exactly the
+        slices a floor exists for.
+        """
         free = ~self.chosen
-        short = [s for s, quota in self.quotas.items() if self.picked[s] < quota]
-        if short:
-            restricted = free & np.isin(self.slices, short)
-            if restricted.any():
-                return restricted, True
+        fill = {
+            name: self.picked[name] / quota
+            for name, quota in self.quotas.items()
+            if self.picked[name] < quota and (free & (self.slices == name)).any()
+        }
+        if fill:
+            least = min(fill.values())
+            turn = [name for name, ratio in fill.items() if ratio == least]
+            return free & np.isin(self.slices, turn), True
         return free, False
 
     def current_novelty(self, mask: np.ndarray) -> np.ndarray:

@@ -374,3 +374,20 @@ def test_selection_settings_come_from_datasets_yaml_and_bad_values_name_the_key(
     bad = {**config, "selection": {**config["selection"], "min_slice_share": 1.5}}
     with pytest.raises(SettingsError, match=r"datasets.yaml: selection: .*min_slice_share"):
         SelectionSettings.load(bad)
+
+
+def test_quotas_beyond_the_budget_reach_every_slice_in_turns():
+    # 12 slices x floor 5 = 60 > budget 36, and clip context takes 3 frames per pick: filled
+    # in priority order 6 slices would take it all (two picks each); in turns every slice, the
+    # rare, confident one with 2 candidates included, gets a pick before any gets a second.
+    slices = [f"s{i:02d}" for i in range(11) for _ in range(20)] + ["rare"] * 2
+    logs = [f"log-{name}" for name in slices]
+    candidates = _candidates(slices, logs)
+    candidates["frame_index"] = candidates.groupby("log_id").cumcount()
+    candidates["confidence"] = np.where(candidates["slice"] == "rare", 0.99, 0.2)
+    params = SelectionParams(budget_frames=36, min_slice_share=0.125, clip_radius=1)
+    selection = select_frames(candidates, params, seed=0)
+    chosen = selection.chosen["slice"].value_counts()
+    assert len(selection.chosen) == 36
+    assert set(chosen.index) == set(slices)
+    assert chosen["rare"] == 2
