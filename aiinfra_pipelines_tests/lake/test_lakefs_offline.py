@@ -28,7 +28,6 @@ from aiinfra_pipelines_tests.support.http_fakes import (
     Reply,
     commit_json,
     repository_json,
-    serve,
 )
 from aiinfra_pipelines_tests.support.lakefs_api import (
     API,
@@ -56,13 +55,6 @@ def _lake(url: str, **overrides) -> LakeFSLake:
         "read_timeout_s": 30.0,  # the server answers at once; never retry on a busy runner
     }
     return LakeFSLake(**{**settings, **overrides})
-
-
-@pytest.fixture
-def fake():
-    server = FakeLakeFS()
-    with serve(server):
-        yield server
 
 
 def test_client_is_lazy_and_not_pickled(fake: FakeLakeFS) -> None:

@@ -22,12 +22,11 @@ from aiinfra_pipelines.lake import (
 )
 from aiinfra_pipelines.lake.retry import RetryPolicy, attempts_made, call_with_retries
 from aiinfra_pipelines_tests.support.http_fakes import (
-    FakeLakeFS,
     Reply,
     commit_json,
     repository_json,
-    serve,
 )
+from aiinfra_pipelines_tests.support.lakefs_api import config_json
 
 REPO = "/api/v1/repositories/drive-data"
 SECRET = "s3cr3t-DO-NOT-LOG-9f2c"
@@ -49,13 +48,6 @@ def _lake(url: str, **overrides) -> LakeFSLake:
         "read_timeout_s": 30.0,
     }
     return LakeFSLake(**{**settings, **overrides})
-
-
-@pytest.fixture
-def fake():
-    server = FakeLakeFS()
-    with serve(server):
-        yield server
 
 
 def test_503s_are_retried_with_backoff_until_lakefs_answers(fake, caplog) -> None:
@@ -98,24 +90,7 @@ def test_409_conflict_is_not_retried(fake) -> None:
 
 def test_404_is_not_retried(fake) -> None:
     fake.route("GET", f"{REPO}/commits/nope", then=Reply(404, {"message": "not found"}))
-    fake.route(
-        "GET",
-        "/api/v1/config",
-        then=Reply(
-            200,
-            {
-                "storage_config": {
-                    "blockstore_type": "s3",
-                    "blockstore_namespace_example": "s3://example",
-                    "blockstore_namespace_ValidityRegex": "^s3://",
-                    "pre_sign_support": False,
-                    "pre_sign_support_ui": False,
-                    "import_support": False,
-                    "import_validity_regex": "^s3://",
-                }
-            },
-        ),
-    )
+    fake.route("GET", "/api/v1/config", then=Reply(200, config_json()))
     fake.route("GET", REPO, then=Reply(200, repository_json()))
     fake.route("GET", f"{REPO}/refs/main/objects", then=Reply(404, {"message": "no such path"}))
     lake = _lake(fake.url)
