@@ -49,9 +49,9 @@ from aiinfra_pipelines.environment import build_lake, load_environment
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines_tests.support.config_copies import resources_with
 from aiinfra_pipelines_tests.support.services import (
-    MLFLOW_DATABASE,
     Postgres,
     Services,
+    registered_model_versions,
     running_services,
 )
 
@@ -295,17 +295,6 @@ def _postgres_state(postgres: Postgres) -> dict:
     }
 
 
-def _mlflow_model_versions(postgres: Postgres) -> list[tuple[str, int, str]]:
-    """The registry's rows in MLflow's backend store (its own database on the same server)."""
-    connection = postgres.connect(MLFLOW_DATABASE)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT name, version, run_id FROM model_versions ORDER BY version")
-            return cursor.fetchall()
-    finally:
-        connection.close()
-
-
 def _s3_key(artifact_uri: str) -> tuple[str, str]:
     parsed = urlparse(artifact_uri)
     assert parsed.scheme == "s3", artifact_uri
@@ -421,7 +410,7 @@ def test_one_cycle_runs_on_postgres_an_mlflow_server_and_s3(
     client = MlflowClient(tracking_uri=services.tracking_uri)
     (registered,) = client.search_model_versions()
     assert registered.version == version
-    assert _mlflow_model_versions(services.postgres) == [
+    assert registered_model_versions(services.postgres) == [
         (registered.name, int(version), registered.run_id)
     ]
     tags = registered.tags

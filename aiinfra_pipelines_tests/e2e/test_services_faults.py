@@ -65,6 +65,7 @@ from aiinfra_pipelines_tests.support.services import (
     mlflow_server,
     moto_server,
     postgres_server,
+    registered_model_versions,
     running_services,
     stop_process_group,
 )
@@ -290,17 +291,6 @@ def _crash_after_first_epoch(postgres: Postgres, server: MlflowServer) -> thread
     return thread
 
 
-def _registered_versions(postgres: Postgres) -> list[tuple]:
-    """The registry's rows, read from MLflow's database (the server may be down)."""
-    connection = postgres.connect(MLFLOW_DATABASE)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT name, version, run_id FROM model_versions")
-            return cursor.fetchall()
-    finally:
-        connection.close()
-
-
 @pytest.mark.slow  # trains twice (a few epochs) and starts the MLflow server twice
 def test_training_fails_clearly_without_its_mlflow_server_and_a_retry_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -346,7 +336,7 @@ def test_training_fails_clearly_without_its_mlflow_server_and_a_retry_resumes(
         error = failure.step_failure_data.error
         text = error.to_string() if error else ""
         assert f"127.0.0.1:{port}" in text, text  # names the tracking server it could not reach
-        assert _registered_versions(postgres) == []  # nothing half-registered
+        assert registered_model_versions(postgres) == []  # nothing half-registered
 
         with mlflow_server(*backend, logs / "mlflow.log", port=port):
             retried = dg.materialize([trained_model], resources=resources)
@@ -360,7 +350,7 @@ def test_training_fails_clearly_without_its_mlflow_server_and_a_retry_resumes(
                 [client.get_experiment_by_name(settings["experiment"]).experiment_id]
             )
             history = client.get_metric_history(metadata["mlflow_run_id"], VAL_LOSS)
-            versions = _registered_versions(postgres)
+            versions = registered_model_versions(postgres)
         registered_model = load_training_config()["mlflow"]["registered_model"]
     assert retried.success
     assert metadata["resumed_from_epoch"] >= 1  # from the checkpoint, not from scratch

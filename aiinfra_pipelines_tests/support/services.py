@@ -170,6 +170,18 @@ class Postgres:
             pytest.fail(f"{tool} failed: {done.stdout[-1000:]} {done.stderr[-1000:]}")
 
 
+def registered_model_versions(postgres: Postgres) -> list[tuple[str, int, str]]:
+    """(name, version, run id) of every model version, oldest first, read from MLflow's own
+    database: the registry as stored, whether or not the MLflow server is up."""
+    connection = postgres.connect(MLFLOW_DATABASE)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name, version, run_id FROM model_versions ORDER BY version")
+            return cursor.fetchall()
+    finally:
+        connection.close()
+
+
 @contextlib.contextmanager
 def postgres_server() -> Iterator[Postgres]:
     """A Postgres server on a free loopback port (initdb as user ``postgres`` when root, since
