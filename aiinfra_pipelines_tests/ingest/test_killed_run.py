@@ -8,14 +8,13 @@ import subprocess
 import sys
 import textwrap
 
-import dagster as dg
-
 from aiinfra_pipelines.ingest.views import quarantine_view, scene_index_view
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.publish import RUN_BRANCH_PREFIX, run_branch_name
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.logs.writer import encode_drive_log
 from aiinfra_pipelines_tests.support.ingest_runs import land, partition_of
+from aiinfra_pipelines_tests.support.killed_runs import retry_from_failure
 
 from . import reexecution_job
 
@@ -79,13 +78,7 @@ def test_batch_run_killed_before_merge_leaves_main_unchanged_and_its_retry_compl
 
     # The run monitor marks the dead run failed; the retry re-executes from the failure, with
     # the parent's tags (as the daemon's run retries do).
-    instance.report_run_failed(killed)
-    retry = dg.execute_job(
-        dg.reconstructable(reexecution_job.get_job),
-        instance,
-        tags=killed.tags,
-        reexecution_options=dg.ReexecutionOptions.from_failure(killed.run_id, instance),
-    )
+    retry = retry_from_failure(instance, killed, reexecution_job.get_job)
 
     assert retry.success
     assert retry.dagster_run.root_run_id == killed.run_id

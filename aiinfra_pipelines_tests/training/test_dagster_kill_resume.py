@@ -15,9 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
-from pathlib import Path
 
 import dagster as dg
 import pandas as pd
@@ -34,6 +32,7 @@ from aiinfra_pipelines.training.module import VAL_LOSS
 from aiinfra_pipelines.training.settings import load_training_config
 from aiinfra_pipelines.training.tracking import RESUMED_TAG
 from aiinfra_pipelines_tests.support.config_copies import resources_with
+from aiinfra_pipelines_tests.support.killed_runs import kill_when_paused, retry_from_failure
 
 from . import _training_job
 from .conftest import SMALL_CONFIG
@@ -89,21 +88,6 @@ def _publish_dataset(lake: LocalLake, frames: pd.DataFrame) -> None:
     )
 
 
-def _kill_when_paused(child: subprocess.Popen, marker: Path, log: Path) -> None:
-    """SIGKILL the child's process group as soon as it pauses (or fail if it exits first)."""
-    hang_guard = time.monotonic() + HANG_GUARD_S
-    try:
-        while not marker.is_file():
-            if child.poll() is not None:
-                pytest.fail(f"child exited ({child.returncode}) unkilled:\n{log.read_text()}")
-            if time.monotonic() > hang_guard:
-                pytest.fail(f"the child never paused:\n{log.read_text()}")
-            time.sleep(0.05)
-    finally:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait(timeout=60)
-
-
 def _materialization(result: dg.ExecuteJobResult) -> dict:
     (event,) = result.asset_materializations_for_node("trained_model")
     return {key: getattr(value, "value", value) for key, value in event.metadata.items()}
@@ -134,7 +118,7 @@ def test_a_dagster_run_killed_inside_trained_model_resumes_into_the_same_mlflow_
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: the kill takes its workers too
         )
-        _kill_when_paused(child, marker, log)
+        kill_when_paused(child, marker, log, HANG_GUARD_S)
 
         assert child.returncode == -signal.SIGKILL
         (killed,) = instance.get_runs()
@@ -148,13 +132,7 @@ def test_a_dagster_run_killed_inside_trained_model_resumes_into_the_same_mlflow_
 
         # The run monitor marks the dead run failed; the retry re-executes from the failure,
         # with the parent's tags (as the daemon's run retries do).
-        instance.report_run_failed(killed)
-        retry = dg.execute_job(
-            dg.reconstructable(_training_job.get_job),
-            instance,
-            tags=killed.tags,
-            reexecution_options=dg.ReexecutionOptions.from_failure(killed.run_id, instance),
-        )
+        retry = retry_from_failure(instance, killed, _training_job.get_job)
 
     assert retry.success
     assert retry.dagster_run.root_run_id == killed.run_id

@@ -8,11 +8,9 @@ where an uninterrupted run ends.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import mlflow
@@ -35,6 +33,7 @@ from aiinfra_pipelines.training.module import (
 )
 from aiinfra_pipelines.training.train import TrainingResult
 from aiinfra_pipelines.training.warm_start import WarmStart
+from aiinfra_pipelines_tests.support.killed_runs import kill_when_paused
 
 from .conftest import (
     EXPERIMENT,
@@ -164,17 +163,6 @@ KILL_AFTER_EPOCHS = 2
 HANG_GUARD_S = 1800  # only a wedged child gets here; the kill itself waits on no clock
 
 
-def _wait_until_paused(child: subprocess.Popen, marker: Path, log: Path) -> None:
-    """Until the child pauses (it writes ``marker`` and waits to be killed) or exits."""
-    hang_guard = time.monotonic() + HANG_GUARD_S
-    while not marker.is_file():
-        if child.poll() is not None:
-            pytest.fail(f"child exited ({child.returncode}) before the kill:\n{log.read_text()}")
-        if time.monotonic() > hang_guard:
-            pytest.fail(f"the child never paused:\n{log.read_text()}")
-        time.sleep(0.05)
-
-
 def test_run_killed_mid_training_resumes_into_the_same_run_and_finishes_identically(
     uninterrupted, small_split, tmp_path
 ):
@@ -213,11 +201,7 @@ def test_run_killed_mid_training_resumes_into_the_same_run_and_finishes_identica
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: the kill takes its workers too
         )
-        try:
-            _wait_until_paused(child, tmp_path / "paused", log)
-        finally:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait(timeout=60)
+        kill_when_paused(child, tmp_path / "paused", log, HANG_GUARD_S)
     assert child.returncode == -signal.SIGKILL
     killed_after = completed_epochs(checkpoint_dir / "last.ckpt")
     assert (tmp_path / "paused").read_text() == str(KILL_AFTER_EPOCHS)  # 0-based: the 3rd epoch
