@@ -332,15 +332,19 @@ class _Greedy:
         slices a floor exists for.
         """
         free = ~self.chosen
+        # A quota never exceeds its slice's candidates, so a slice below it has free ones: no
+        # per-slice scan on every pick (the mask check below only guards that invariant).
         fill = {
             name: self.picked[name] / quota
             for name, quota in self.quotas.items()
-            if self.picked[name] < quota and (free & (self.slices == name)).any()
+            if self.picked[name] < quota
         }
         if fill:
             least = min(fill.values())
             turn = [name for name, ratio in fill.items() if ratio == least]
-            return free & np.isin(self.slices, turn), True
+            restricted = free & np.isin(self.slices, turn)
+            if restricted.any():
+                return restricted, True
         return free, False
 
     def current_novelty(self, mask: np.ndarray) -> np.ndarray:
