@@ -100,7 +100,8 @@ class QuantizationBudgetError(ValueError):
         self.plan = plan
 
 
-def _predict(onnx_bytes: bytes, frames: LabelledFrames, spec: PerceptionSpec) -> Predictions:
+def predict_frames(onnx_bytes: bytes, frames: LabelledFrames, spec: PerceptionSpec) -> Predictions:
+    """``onnx_bytes`` run on onnxruntime over ``frames`` (the gates compare these readings)."""
     return OnnxRuntimeEngine(onnx_bytes, spec, name="calibration").infer(frames.images)
 
 
@@ -125,7 +126,7 @@ def mixed_precision_int8(
             f"the model has no {'/'.join(settings.candidate_op_types)} node to quantize"
         )
     inputs = calibration.inputs()
-    reference = _predict(fp32_onnx, calibration, spec)
+    reference = predict_frames(fp32_onnx, calibration, spec)
     fp32_table = slice_metrics(calibration, reference, reference, spec)
     with QuantizationWorkspace(fp32_onnx, inputs, settings) as workspace:
         groups = {
@@ -190,7 +191,7 @@ class _FallbackSearch:
             self.fp32_nodes.append(self.remaining[0])
 
     def _compare(self, int8: bytes) -> EngineComparison:
-        predictions = _predict(int8, self.calibration, self.spec)
+        predictions = predict_frames(int8, self.calibration, self.spec)
         table = slice_metrics(self.calibration, predictions, self.reference, self.spec)
         comparison = compare_with_fp32("int8", table, self.fp32_table, self.budget_section)
         self.steps.append(

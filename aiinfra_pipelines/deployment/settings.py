@@ -19,6 +19,7 @@ CONFIG_FILE = "deployment.yaml"
 GATES_FILE = "gates.yaml"
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 SENSITIVITY_METRICS: tuple[str, ...] = ("output_sqnr_db", "layer_sqnr_db")
+QAT_RANGE_INITS: tuple[str, ...] = ("output_mse", "minmax")
 
 
 @dataclass(frozen=True)
@@ -227,3 +228,58 @@ def environment_target(
             f"({', '.join(sorted(settings.targets))})"
         )
     return settings.targets[name]
+
+
+@dataclass(frozen=True)
+class QatSettings:
+    """``deployment.yaml`` ``qat``: the quantization-aware fine-tune PTQ falls back to.
+
+    Operational knobs only (how long, how fast, on how many frames): whether the result may
+    ship is decided by the same gates.yaml ``deployment.quantization`` budgets as PTQ.
+    """
+
+    enabled: bool
+    epochs: int
+    lr: float
+    scale_lr: float  # activation scales (log domain)
+    weight_decay: float
+    distill_weight: float  # share of the loss taken against the FP32 network's outputs
+    batch_size: int
+    frames: int  # labelled training frames used (0 = all)
+    observer_batch_size: int
+    range_search_frames: int
+    range_init: str  # one of QAT_RANGE_INITS
+    activation_symmetric: bool
+    seed: int
+
+    @classmethod
+    def load(cls, config: Mapping[str, Any] | None = None) -> QatSettings:
+        """``deployment.yaml`` ``qat`` (or ``config``, the whole file as a mapping, for tests)."""
+        qat = settings_section(CONFIG_FILE, "qat", config)
+        frames = qat.int("frames")
+        if frames < 0:
+            raise qat.error("frames", f"must be >= 0 (0 = all), got {frames}")
+        for key in ("lr", "scale_lr"):
+            if not qat.float(key) > 0:
+                raise qat.error(key, f"must be > 0, got {qat.float(key)}")
+        range_init = qat.str("range_init", "output_mse")
+        if range_init not in QAT_RANGE_INITS:
+            raise qat.error("range_init", f"{range_init!r}: expected one of {QAT_RANGE_INITS}")
+        distill = qat.float("distill_weight")
+        if not 0.0 <= distill <= 1.0:
+            raise qat.error("distill_weight", f"must be within [0, 1], got {distill}")
+        return cls(
+            enabled=qat.bool("enabled"),
+            epochs=_positive(qat, "epochs"),
+            lr=qat.float("lr"),
+            scale_lr=qat.float("scale_lr"),
+            weight_decay=qat.float("weight_decay", 0.0),
+            distill_weight=distill,
+            batch_size=_positive(qat, "batch_size"),
+            frames=frames,
+            observer_batch_size=_positive(qat, "observer_batch_size"),
+            range_search_frames=_positive(qat, "range_search_frames"),
+            range_init=range_init,
+            activation_symmetric=qat.bool("activation_symmetric", False),
+            seed=qat.int("seed", 0),
+        )
