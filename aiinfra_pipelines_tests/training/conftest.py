@@ -5,14 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from aiinfra_pipelines.training.checkpointing import is_full_state
 from aiinfra_pipelines.training.train import TrainingResult, train_perception_model
-from aiinfra_pipelines_tests.support.fleet_data import fleet_frames
+from aiinfra_pipelines_tests.support.fleet_data import fleet_frames, hold_out_one_log_per_slice
 
 # Small runs (determinism, resume, warm start): in-process loading keeps them quick; the
 # real-learning run uses the configured DataLoader workers. They train the dense head: on a
@@ -34,22 +33,6 @@ TAGS = {"dagster_run_id": "dagster-run-123", "asset": "trained_model"}
 PARAMS = {"dataset_commit_id": "c0ffee1234", "code_version": "test-code-1"}
 
 
-def split_by_log(frames: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Train/val split with no log in both; one val log per slice that has several logs.
-
-    Stratifying by slice lets the val set report an accuracy for most slices; whole logs go
-    to one side because consecutive frames of a log are near-duplicates.
-    """
-    rng = np.random.default_rng(seed)
-    val_logs: list[str] = []
-    for _, group in frames.groupby("slice", sort=True):
-        logs = sorted(group["log_id"].unique())
-        if len(logs) >= 2:
-            val_logs.append(logs[int(rng.integers(len(logs)))])
-    in_val = frames["log_id"].isin(val_logs)
-    return frames[~in_val].reset_index(drop=True), frames[in_val].reset_index(drop=True)
-
-
 @pytest.fixture(scope="session")
 def fleet() -> pd.DataFrame:
     """Frames of 4 vehicles x 4 episodes of highway-env (all road types, weathers, lightings)."""
@@ -58,7 +41,7 @@ def fleet() -> pd.DataFrame:
 
 @pytest.fixture(scope="session")
 def fleet_split(fleet: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return split_by_log(fleet)
+    return hold_out_one_log_per_slice(fleet)
 
 
 @pytest.fixture(scope="session")
