@@ -196,6 +196,7 @@ def choose(
             embeddings=embeddings[is_badcase],
             train_embeddings=base_embeddings,
             train_targets=base_targets,
+            train_slices=base["slice"],
         )
         chosen[name] = pool.merge(selection.chosen[["log_id", "frame_index"]], on=keys)
         facts["selection_facts"][name] = _brief(selection.summary)
@@ -208,6 +209,7 @@ def _brief(summary: dict[str, Any]) -> dict[str, Any]:
         "per_slice": {k: v["chosen"] for k, v in summary["per_slice"].items()},
         "quotas": summary["quotas"],
         "slice_weakness": summary["slice_weakness"],
+        "trained_per_slice": summary.get("trained_per_slice", {}),
     }
 
 

@@ -35,7 +35,13 @@ Two constraints shape the greedy order:
   wrong), or its mean uncertainty where no label error is known. Per-frame scores cannot see
   that a slice is weak as a whole — a weak slice's frames compete with every other slice's
   uncertain frames one by one, and random sampling gives it only its share of the pool; the
-  budget goes where the model is measurably worst. Quotas are capped by what a slice has;
+  budget goes where the model is measurably worst. A third term, **coverage**, water-fills
+  ``coverage_share`` × budget over the slices' training-set frame counts: one frame at a time
+  to the slice that has the fewest frames in training (counting those already given), so a
+  slice the training set lacks entirely is brought up first. Benchmarks kept showing the worst
+  slice to be one the training set barely held (``benchmarks/selection.py``), which neither
+  a pool-wide draw nor the pool's label error targets: a slice can look easy on its few pool
+  frames and still be the one the model has seen least. Quotas are capped by what a slice has;
 * **whole-clip context**: a chosen frame brings the candidates of the same log within
   ``clip_radius`` frames (nearest first), counted against the budget: a labeller and the
   temporal rules see the scene around the hard moment, not an isolated frame.
@@ -47,6 +53,7 @@ Plain numpy/pandas: no lake, no Dagster.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +92,7 @@ class SelectionParams:
     min_slice_share: float = 0.0
     weak_slice_share: float = 0.0
     weakness_baseline: float = 0.0
+    coverage_share: float = 0.0
     clip_radius: int = 0
     ensemble_members: int = 8
     ridge: float = 1.0
@@ -102,6 +110,7 @@ class SelectionParams:
             "min_slice_share": self.min_slice_share,
             "weak_slice_share": self.weak_slice_share,
             "weakness_baseline": self.weakness_baseline,
+            "coverage_share": self.coverage_share,
         }
         return [(name, value) for name, value in shares.items() if not 0.0 <= value <= 1.0]
 
@@ -243,21 +252,55 @@ def slice_quotas(
     weakness: pd.Series | None = None,
     weak_share: float = 0.0,
     baseline: float = 0.0,
+    trained: pd.Series | None = None,
+    coverage_share: float = 0.0,
 ) -> dict[str, int]:
-    """Minimum chosen frames per slice: the larger of ``ceil(min_share x budget)`` and the
+    """Minimum chosen frames per slice: the largest of ``ceil(min_share x budget)``, the
     slice's part of ``weak_share x budget`` in proportion to its ``weakness`` (slice → a
-    non-negative score) above ``baseline`` x the slices' mean weakness, capped by the slice's
-    candidates. When the quotas add up to more than the budget, they are filled in turns
-    (least filled slice first) until it runs out (the budget always wins)."""
+    non-negative score) above ``baseline`` x the slices' mean weakness, and its part of
+    ``coverage_share x budget`` water-filled over ``trained`` (slice → training frames), capped
+    by the slice's candidates. When the quotas add up to more than the budget, they are filled
+    in turns (least filled slice first) until it runs out (the budget always wins)."""
     floor = math.ceil(min_share * budget) if min_share > 0 else 0
     counts = slices.astype(str).value_counts()
     if weakness is not None and baseline > 0 and len(weakness):
         weakness = weakness - baseline * float(weakness.astype(np.float64).mean())
     weak = weak_quotas(weakness, budget, weak_share)
+    coverage = coverage_quotas(counts, trained, budget, coverage_share)
     return {
-        str(name): int(min(max(floor, weak.get(str(name), 0)), count))
+        str(name): int(min(max(floor, weak.get(str(name), 0), coverage.get(str(name), 0)), count))
         for name, count in sorted(counts.items())
     }
+
+
+def coverage_quotas(
+    candidates: pd.Series, trained: pd.Series | None, budget: int, coverage_share: float
+) -> dict[str, int]:
+    """``coverage_share x budget`` frames water-filled over the slices' training frames.
+
+    One frame at a time goes to the slice with the fewest training frames plus frames already
+    given (ties: by name), while it has candidates left: max-min fairness over the training
+    set's slice counts, the allocation that raises the least-covered slice first.
+    ``candidates`` and ``trained`` map slice → frames; a slice absent from ``trained`` has none.
+    """
+    if trained is None or coverage_share <= 0 or budget <= 0:
+        return {}
+    total = math.floor(coverage_share * budget + 0.5)
+    given = dict.fromkeys((str(name) for name in candidates.index), 0)
+    levels = [
+        (int(trained.get(name, 0)), str(name))
+        for name, count in candidates.items()
+        if int(count) > 0
+    ]
+    heapq.heapify(levels)
+    for _ in range(total):
+        if not levels:
+            break
+        level, name = heapq.heappop(levels)
+        given[name] += 1
+        if given[name] < int(candidates[name]):
+            heapq.heappush(levels, (level + 1, name))
+    return {name: count for name, count in given.items() if count}
 
 
 def weak_quotas(weakness: pd.Series | None, budget: int, weak_share: float) -> dict[str, int]:
@@ -424,12 +467,15 @@ def select_frames(
     embeddings: np.ndarray | None = None,
     train_embeddings: np.ndarray | None = None,
     train_targets: np.ndarray | None = None,
+    train_slices: pd.Series | None = None,
 ) -> Selection:
     """Spend ``params.budget_frames`` on ``candidates`` (see the module docstring).
 
     ``candidates`` needs ``log_id``, ``frame_index``, ``slice`` and the engine's ``confidence``;
     ``embeddings`` are row-aligned with it, ``train_embeddings`` (and the training frames'
-    flattened label ``train_targets`` for the ensemble) describe what is already trained on.
+    flattened label ``train_targets`` for the ensemble) describe what is already trained on;
+    ``train_slices`` holds the slice of every training frame (the coverage quotas' counts;
+    without it ``coverage_share`` has nothing to fill by and the summary says so).
     Without ``embeddings`` (an engine that exports none) the selection runs on confidence,
     quotas and clip context alone and its summary says so. When every candidate fits in the
     budget all are chosen.
@@ -459,6 +505,11 @@ def select_frames(
     )
     uncertainty = uncertainty_scores(candidates["confidence"].to_numpy(), disagreement, params)
     weakness, weakness_basis = slice_weakness(candidates, uncertainty)
+    trained = (
+        pd.Series(train_slices).astype(str).value_counts() if train_slices is not None else None
+    )
+    if trained is None and params.coverage_share > 0:
+        notes.append("no training slices given: no coverage quotas")
     state = _Greedy(
         candidates=candidates,
         uncertainty=uncertainty,
@@ -477,6 +528,8 @@ def select_frames(
             weakness,
             params.weak_slice_share,
             params.weakness_baseline,
+            trained,
+            params.coverage_share,
         ),
     )
     budget_left, order = min(params.budget_frames, len(candidates)), 0
@@ -506,6 +559,8 @@ def select_frames(
         "basis": weakness_basis,
         **{str(k): round(float(v), 4) for k, v in weakness.items()},
     }
+    if trained is not None:
+        summary["trained_per_slice"] = {str(k): int(v) for k, v in sorted(trained.items())}
     return Selection(chosen, scores, {**summary, "uses_embeddings": points is not None})
 
 

@@ -218,7 +218,7 @@ def budgeted_badcases(
     candidates = accepted.merge(scores, on=FRAME_KEY, how="left", validate="one_to_one")
     candidates["confidence"] = candidates["confidence"].fillna(0.0)
     arrays, missing = _with_embeddings(lake, candidates, base, labels)
-    selection = select_frames(candidates, params, seed=seed, **arrays)
+    selection = select_frames(candidates, params, seed=seed, train_slices=base["slice"], **arrays)
     chosen = accepted.merge(selection.chosen[FRAME_KEY], on=FRAME_KEY)
     summary = {**selection.summary, "binding": True}
     if missing is not None:  # the lake's reason, in place of the generic "no embeddings"

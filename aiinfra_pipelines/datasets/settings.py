@@ -89,6 +89,7 @@ class SelectionSettings:
                 min_slice_share=section.float("min_slice_share"),
                 weak_slice_share=section.float("weak_slice_share"),
                 weakness_baseline=section.float("weakness_baseline"),
+                coverage_share=section.float("coverage_share"),
                 clip_radius=section.int("clip_radius"),
                 ensemble_members=section.int("ensemble_members"),
                 ridge=section.float("ridge"),

@@ -391,3 +391,27 @@ def test_quotas_beyond_the_budget_reach_every_slice_in_turns():
     assert len(selection.chosen) == 36
     assert set(chosen.index) == set(slices)
     assert chosen["rare"] == 2
+
+
+def test_coverage_quotas_fill_the_slice_training_lacks_first():
+    # Training holds 100 "common", 10 "thin" and no "absent" frames; every slice has 20 equally
+    # unsure candidates. Water-filling 20 frames: "absent" takes 10 to reach "thin"'s level,
+    # then the two alternate (5 each); "common" gets none.
+    slices = ["common"] * 20 + ["thin"] * 20 + ["absent"] * 20
+    candidates = _candidates(slices).assign(confidence=0.5)
+    trained = pd.Series(["common"] * 100 + ["thin"] * 10)
+    params = SelectionParams(budget_frames=20, coverage_share=1.0)
+    selection = select_frames(candidates, params, seed=0, train_slices=trained)
+    assert selection.summary["quotas"] == {"absent": 15, "thin": 5}
+    assert selection.chosen["slice"].value_counts().to_dict() == {"absent": 15, "thin": 5}
+    assert selection.summary["trained_per_slice"] == {"common": 100, "thin": 10}
+    # Capped by what a slice has: 3 "absent" candidates, the rest flows to the next level.
+    few = _candidates(["common"] * 20 + ["thin"] * 20 + ["absent"] * 3).assign(confidence=0.5)
+    few = select_frames(few, params, seed=0, train_slices=trained)
+    assert few.summary["quotas"] == {"absent": 3, "thin": 17}
+    # Without the training slices there is nothing to fill by, and the summary says so.
+    blind = select_frames(candidates, params, seed=0)
+    assert blind.summary["quotas"] == {}
+    assert "no training slices given: no coverage quotas" in blind.summary["notes"]
+    with pytest.raises(ValueError, match="coverage_share must be in"):
+        SelectionParams(budget_frames=20, coverage_share=1.5)
