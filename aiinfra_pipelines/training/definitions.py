@@ -2,6 +2,6 @@
 
 import dagster as dg
 
-from .assets import trained_model
+from .assets import teacher_model, trained_model
 
-defs = dg.Definitions(assets=[trained_model])
+defs = dg.Definitions(assets=[teacher_model, trained_model])

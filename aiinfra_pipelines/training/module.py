@@ -23,6 +23,7 @@ from aiinfra_pipelines.perception.network import STAGES, PerceptionNet
 from . import metrics
 from .objective import (
     brightness_jitter,
+    distillation_loss,
     images_to_float,
     loss_weighting,
     mirror_lanes,
@@ -142,6 +143,28 @@ class PerceptionModule(L.LightningModule):
             persistent=False,
         )
         self._val_outputs: list[tuple[torch.Tensor, ...]] = []
+        self._distillation: Distillation | None = None
+
+    def attach_teacher(self, teacher: PerceptionNet, weight: float, temperature: float) -> None:
+        """Train against ``teacher``'s readings as well as the labels (``training.yaml``
+        ``distillation``): loss = (1 - weight) x label loss + weight x distillation loss.
+
+        The teacher is held outside the module's parameters and state dict: it is frozen, never
+        saved in the student's checkpoints (the student's file stays the car's size) and the
+        optimizer never sees it. A resumed run attaches it again (the train function does).
+        """
+        if not 0.0 < weight <= 1.0:
+            raise ValueError(f"distillation weight must be within (0, 1], got {weight}")
+        if temperature <= 0:
+            raise ValueError(f"distillation temperature must be > 0, got {temperature}")
+        teacher = teacher.eval()
+        for parameter in teacher.parameters():
+            parameter.requires_grad_(False)
+        self._distillation = Distillation(teacher, float(weight), float(temperature))
+
+    def on_fit_start(self) -> None:
+        if self._distillation is not None:
+            self._distillation.teacher.to(self.device)
 
     @classmethod
     def from_config(
@@ -226,7 +249,11 @@ class PerceptionModule(L.LightningModule):
         return total, occupancy_loss, gap_loss, occupancy_logits, lead_gap_pred
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        total, _, _, _, _ = self._losses(batch)
+        total, _, _, occupancy_logits, lead_gap_pred = self._losses(batch)
+        if self._distillation is not None:
+            total = self._distillation.mix(
+                total, occupancy_logits, lead_gap_pred, batch[0], self.hparams, self.cell_weights
+            )
         # One epoch-mean metric only: each logged value costs ~0.5-1 ms per step in
         # Lightning's result collection, a few percent of a CPU step of this small network.
         self.log(
@@ -315,6 +342,43 @@ class PerceptionModule(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
         }
+
+
+class Distillation:
+    """A frozen teacher and how much its readings weigh in the student's training loss."""
+
+    def __init__(self, teacher: PerceptionNet, weight: float, temperature: float) -> None:
+        self.teacher = teacher
+        self.weight = weight
+        self.temperature = temperature
+
+    def mix(
+        self,
+        label_loss: torch.Tensor,
+        occupancy_logits: torch.Tensor,
+        lead_gap_pred: torch.Tensor,
+        images: torch.Tensor,
+        hparams: Any,
+        cell_weights: torch.Tensor,
+    ) -> torch.Tensor:
+        """(1 - weight) x label loss + weight x loss against the teacher on the same images.
+
+        The teacher reads the augmented batch the student reads, in eval mode: with
+        ``mirror_average`` that is its two-view reading, the best it can tell.
+        """
+        with torch.no_grad():
+            teacher_logits, teacher_gap = self.teacher(images)
+        soft = distillation_loss(
+            occupancy_logits,
+            lead_gap_pred,
+            teacher_logits,
+            teacher_gap,
+            temperature=self.temperature,
+            lead_gap_weight=hparams.lead_gap_weight,
+            smooth_l1_beta=hparams.smooth_l1_beta,
+            cell_weights=cell_weights,
+        )
+        return (1.0 - self.weight) * label_loss + self.weight * soft
 
 
 def validation_scores(

@@ -122,6 +122,38 @@ def perception_loss(
     return occupancy_loss + lead_gap_weight * gap_loss, occupancy_loss, gap_loss
 
 
+def distillation_loss(
+    student_logits: torch.Tensor,
+    student_gap: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    teacher_gap: torch.Tensor,
+    *,
+    temperature: float,
+    lead_gap_weight: float,
+    smooth_l1_beta: float,
+    cell_weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The student's loss against the teacher's readings of the same (augmented) frames.
+
+    Occupancy: BCE of the student's tempered logits against the teacher's tempered
+    probabilities, times ``temperature**2`` (Hinton et al.: keeps the gradient's scale as the
+    temperature softens the targets). A soft target carries what a hard label cannot: how sure
+    the larger network is that a half-hidden car at the edge of a bin is there. Lead gap:
+    SmoothL1 against the teacher's gap, with the label loss's beta and weight, so the two terms
+    mix at the scale of the label loss.
+    """
+    if temperature <= 0:
+        raise ValueError(f"distillation temperature must be > 0, got {temperature}")
+    soft_targets = torch.sigmoid(teacher_logits.detach() / temperature)
+    occupancy_loss = F.binary_cross_entropy_with_logits(
+        student_logits / temperature,
+        soft_targets,
+        weight=None if cell_weights is None else cell_weights.to(student_logits),
+    ) * (temperature**2)
+    gap_loss = F.smooth_l1_loss(student_gap, teacher_gap.detach(), beta=smooth_l1_beta)
+    return occupancy_loss + lead_gap_weight * gap_loss
+
+
 def loss_weighting(config: dict[str, Any]) -> dict[str, float]:
     """The occupancy weighting keys of ``training.yaml``'s ``loss:`` (1.0 = unweighted)."""
     loss = config["loss"]

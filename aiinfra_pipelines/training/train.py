@@ -42,6 +42,7 @@ from .evaluation import evaluate_network
 from .module import PerceptionModule
 from .resources import mlflow_tracking_uri as tracking_uri_scope
 from .settings import flatten_params, load_training_config
+from .teacher import Teacher
 from .tracking import (
     MlflowEpochLogger,
     TrackedRun,
@@ -74,6 +75,8 @@ class TrainingResult:
     experiment_id: str
     # What the weights started from (a WarmStart's source), "none" for a cold start.
     warm_start_from: str = "none"
+    # The teacher the student was distilled from (a Teacher's source), "none" without one.
+    distilled_from: str = "none"
 
 
 def _frames_fingerprint(frames: pd.DataFrame) -> str:
@@ -132,8 +135,10 @@ def _hyperparameters(
     train_frames: pd.DataFrame,
     val_frames: pd.DataFrame,
     warm_start: WarmStart | None,
+    teacher: Teacher | None,
 ) -> dict[str, str]:
-    """The run's MLflow params that a resume must match: the recipe and the data it saw."""
+    """The run's MLflow params that a resume must match: the recipe, the data it saw and the
+    teacher it learned from."""
     return {
         **flatten_params(settings),
         "train_frames": str(len(train_frames)),
@@ -141,6 +146,7 @@ def _hyperparameters(
         "train_data_sha256": _frames_fingerprint(train_frames),
         "val_data_sha256": _frames_fingerprint(val_frames),
         "warm_start_from": "none" if warm_start is None else warm_start.source,
+        "distilled_from": "none" if teacher is None else teacher.source,
     }
 
 
@@ -149,6 +155,7 @@ def _prepare(
     val_frames: pd.DataFrame,
     settings: Mapping[str, Any],
     warm_start: WarmStart | None,
+    teacher: Teacher | None,
 ) -> tuple[PerceptionDataModule, PerceptionModule]:
     """Seeded datamodule and module; validates both tables before any run or file exists."""
     seed = int(settings["seed"])
@@ -160,6 +167,11 @@ def _prepare(
     module = PerceptionModule.from_config(spec, settings, seed)
     if warm_start is not None:
         module.net.load_state_dict(dict(warm_start.state_dict))
+    if teacher is not None:
+        distillation = settings["distillation"]
+        module.attach_teacher(
+            teacher.network, float(distillation["weight"]), float(distillation["temperature"])
+        )
     return datamodule, module
 
 
@@ -171,6 +183,7 @@ def _finish(
     last: Path,
     resumed_from: int | None,
     warm_start: WarmStart | None,
+    teacher: Teacher | None,
 ) -> TrainingResult:
     """Final metrics over the whole val set, recorded in the run (rank 0), as the result."""
     epochs_done = completed_epochs(last)
@@ -200,6 +213,7 @@ def _finish(
         model_uri=model_uri,
         experiment_id=run.experiment_id,
         warm_start_from="none" if warm_start is None else warm_start.source,
+        distilled_from="none" if teacher is None else teacher.source,
     )
 
 
@@ -217,6 +231,7 @@ def train_perception_model(
     seed: int | None = None,
     artifact_location: str | None = None,
     warm_start: WarmStart | None = None,
+    teacher: Teacher | None = None,
 ) -> TrainingResult:
     """Train (or resume training) the perception network and record it in MLflow.
 
@@ -233,11 +248,17 @@ def train_perception_model(
     ``warm_start`` starts from a released model's weights (``training.yaml`` ``warm_start``:
     its epochs and learning-rate scale apply) when they fit the configured architecture, and
     from a random initialization otherwise.
+
+    ``teacher`` (a larger trained network) adds ``training.yaml`` ``distillation``'s loss
+    against its readings when ``distillation.enabled``; it is ignored otherwise, and recorded
+    as the run's ``distilled_from`` param either way it is used.
     """
     settings, warm_start = _resolve_settings(config, max_epochs, seed, warm_start)
+    if not settings["distillation"]["enabled"]:
+        teacher = None
     _check_split(train_frames, val_frames)
     with preserved_torch_determinism():
-        datamodule, module = _prepare(train_frames, val_frames, settings, warm_start)
+        datamodule, module = _prepare(train_frames, val_frames, settings, warm_start, teacher)
         checkpoint_dir = Path(checkpoint_dir)
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         rank_zero = rank_zero_only.rank == 0
@@ -249,7 +270,9 @@ def train_perception_model(
                 experiment=experiment,
                 artifact_location=artifact_location,
                 tags=run_tags,
-                hyperparameters=_hyperparameters(settings, train_frames, val_frames, warm_start),
+                hyperparameters=_hyperparameters(
+                    settings, train_frames, val_frames, warm_start, teacher
+                ),
                 caller_params=params,
                 resumed_from=resumed_from,
                 rank_zero=rank_zero,
@@ -260,4 +283,6 @@ def train_perception_model(
                 callbacks = [MlflowEpochLogger(mlflow_tracking_uri, run.run_id, epochs)]
                 trainer = build_trainer(settings, checkpoint_dir, epochs, callbacks)
                 fit(module, datamodule, trainer, last if resumed_from is not None else None)
-                return _finish(module, datamodule, settings, run, last, resumed_from, warm_start)
+                return _finish(
+                    module, datamodule, settings, run, last, resumed_from, warm_start, teacher
+                )

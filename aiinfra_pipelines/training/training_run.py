@@ -22,6 +22,7 @@ from aiinfra_pipelines.lake.port import VersionedLake
 
 from .identity import CandidateIdentity
 from .resources import MlflowTracking
+from .teacher import Teacher, teacher_overrides
 
 
 def code_version() -> str:
@@ -60,6 +61,7 @@ class TrainedModel:
     metrics: dict[str, float]
     warm_start_from: Any
     resumed_from_epoch: int | None
+    distilled_from: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         """The ``trained_model`` output as stored in the lake."""
@@ -68,6 +70,7 @@ class TrainedModel:
             "dataset_rows_key": self.dataset_rows_key,
             "epochs": self.epochs,
             "metrics": self.metrics,
+            "distilled_from": self.distilled_from,
         }
 
 
@@ -85,12 +88,73 @@ def train_and_register(
     mlflow_tracking: MlflowTracking,
     dagster_run_id: str,
     log: Callable[[str], None],
+    teacher: Teacher | None = None,
 ) -> TrainedModel:
-    """Train on the newest training dataset on ``main`` and register the result in MLflow."""
+    """Train the car's network on the newest training dataset on ``main`` and register it.
+
+    ``teacher`` (the cycle's cloud teacher) is distilled from when ``training.yaml``
+    ``distillation.enabled``.
+    """
+    from .warm_start import reference_warm_start
+
+    overrides = environment_training_overrides()
+    return _train_registered(
+        lake,
+        mlflow_tracking,
+        dagster_run_id,
+        log,
+        overrides=overrides,
+        warm_start=lambda: reference_warm_start(lake, mlflow_tracking.uri(), overrides),
+        checkpoint_subdir="",
+        teacher=teacher,
+    )
+
+
+def train_teacher_and_register(
+    lake: VersionedLake,
+    mlflow_tracking: MlflowTracking,
+    dagster_run_id: str,
+    log: Callable[[str], None],
+) -> TrainedModel:
+    """Train the cloud teacher (``training.yaml`` ``teacher``) on the same newest dataset.
+
+    It grows from the previous teacher (the newest registered version of its model) as the
+    student grows from the release, and checkpoints under ``teacher/`` so its resume point
+    never mixes with the student's.
+    """
+    from .warm_start import latest_registered_warm_start
+
+    overrides = teacher_overrides(environment_training_overrides())
+    name = str(overrides["mlflow"]["registered_model"])
+    return _train_registered(
+        lake,
+        mlflow_tracking,
+        dagster_run_id,
+        log,
+        overrides=overrides,
+        warm_start=lambda: latest_registered_warm_start(
+            mlflow_tracking.uri(), name, "previous teacher"
+        ),
+        checkpoint_subdir="teacher",
+        teacher=None,
+    )
+
+
+def _train_registered(
+    lake: VersionedLake,
+    mlflow_tracking: MlflowTracking,
+    dagster_run_id: str,
+    log: Callable[[str], None],
+    *,
+    overrides: dict[str, Any],
+    warm_start: Callable[[], Any],
+    checkpoint_subdir: str,
+    teacher: Teacher | None,
+) -> TrainedModel:
+    """One tracked, resumable training on the newest dataset, registered with its lineage."""
     # Imported here: Lightning and MLflow cost seconds, and every run process loads this module.
     from .tracking import register_model_version
     from .train import train_perception_model
-    from .warm_start import reference_warm_start
 
     pointer, frames = latest_training_frames(lake)
     lineage = {
@@ -99,25 +163,32 @@ def train_and_register(
         "code_version": code_version(),
         "dagster_run_id": dagster_run_id,
     }
-    overrides = environment_training_overrides()
-    warm_start = reference_warm_start(lake, mlflow_tracking.uri(), overrides)
+    checkpoints = mlflow_tracking.checkpoints()
+    if checkpoint_subdir:
+        checkpoints = checkpoints / checkpoint_subdir
     result = train_perception_model(
         frames[frames["split"] == "train"],
         frames[frames["split"] == "val"],
-        checkpoint_dir=mlflow_tracking.checkpoints() / pointer["version"],
+        checkpoint_dir=checkpoints / pointer["version"],
         mlflow_tracking_uri=mlflow_tracking.uri(),
         experiment=mlflow_tracking.experiment,
         run_tags={"dagster_run_id": dagster_run_id, "dataset_version": pointer["version"]},
         params=lineage,
         config=overrides,
-        warm_start=warm_start,
+        warm_start=warm_start(),
+        teacher=teacher,
     )
-    log(f"trained from {result.warm_start_from}")
+    log(f"trained from {result.warm_start_from}; distilled from {result.distilled_from}")
     registered = register_model_version(
         mlflow_tracking.uri(),
         result.model_uri,
         result.mlflow_run_id,
-        tags={**lineage, "mlflow_run_id": result.mlflow_run_id},
+        tags={
+            **lineage,
+            "mlflow_run_id": result.mlflow_run_id,
+            "distilled_from": result.distilled_from,
+        },
+        config=overrides,
     )
     identity = CandidateIdentity(
         model_version=registered.version,
@@ -135,4 +206,5 @@ def train_and_register(
         metrics={name: round(float(value), 4) for name, value in result.metrics.items()},
         warm_start_from=result.warm_start_from,
         resumed_from_epoch=result.resumed_from_epoch,
+        distilled_from=result.distilled_from,
     )

@@ -86,25 +86,35 @@ def reference_warm_start(
     if not config["warm_start"]["enabled"]:
         return None
     import mlflow
-    from mlflow.tracking import MlflowClient
 
     # Here, not at the top: the training entry point imports WarmStart from this module and
     # must not pull in the release layer (nor its lake code) to train.
     from aiinfra_pipelines.release.reference import reference_release
 
     reference = reference_release(lake)
-    if reference is not None and reference.get("model_uri"):
-        uri = str(reference["model_uri"])
-        source = f"{uri} (model version {reference['version']}, {reference['source']})"
-    else:
+    if reference is None or not reference.get("model_uri"):
         name = str(config["mlflow"]["registered_model"])
-        client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-        versions = client.search_model_versions(f"name = '{name}'")
-        if not versions:
-            return None
-        latest = max(versions, key=lambda found: int(found.version))
-        uri = f"models:/{name}/{latest.version}"
-        source = f"{uri} (model version {latest.version}, latest trained, no release yet)"
+        return latest_registered_warm_start(tracking_uri, name, "latest trained, no release yet")
+    uri = str(reference["model_uri"])
+    source = f"{uri} (model version {reference['version']}, {reference['source']})"
     with mlflow_tracking_uri(tracking_uri):
         network = mlflow.pytorch.load_model(uri, map_location="cpu")
     return WarmStart(network.state_dict(), source)
+
+
+def latest_registered_warm_start(
+    tracking_uri: str, registered_model: str, why: str = "latest trained"
+) -> WarmStart | None:
+    """The newest registered version of ``registered_model``'s weights, or ``None``."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    versions = client.search_model_versions(f"name = '{registered_model}'")
+    if not versions:
+        return None
+    latest = max(versions, key=lambda found: int(found.version))
+    uri = f"models:/{registered_model}/{latest.version}"
+    with mlflow_tracking_uri(tracking_uri):
+        network = mlflow.pytorch.load_model(uri, map_location="cpu")
+    return WarmStart(network.state_dict(), f"{uri} (model version {latest.version}, {why})")

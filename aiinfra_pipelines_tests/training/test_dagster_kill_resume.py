@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import uuid
 
 import dagster as dg
 import pandas as pd
@@ -23,16 +22,14 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from aiinfra_pipelines.config import PROJECT_ROOT
-from aiinfra_pipelines.datasets.assets import TRAINING_LATEST
-from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.local import LocalLake
-from aiinfra_pipelines.lake.publish import publish_objects
 from aiinfra_pipelines.training.checkpointing import RUN_ID_FILE, completed_epochs
 from aiinfra_pipelines.training.module import VAL_LOSS
 from aiinfra_pipelines.training.settings import load_training_config
 from aiinfra_pipelines.training.tracking import RESUMED_TAG
 from aiinfra_pipelines_tests.support.config_copies import resources_with
 from aiinfra_pipelines_tests.support.killed_runs import kill_when_paused, retry_from_failure
+from aiinfra_pipelines_tests.support.published_dataset import publish_training_dataset
 
 from . import _training_job
 from .conftest import SMALL_CONFIG
@@ -63,31 +60,6 @@ KILLED_RUN = textwrap.dedent(
 )
 
 
-def _publish_dataset(lake: LocalLake, frames: pd.DataFrame) -> None:
-    """A training dataset as ``training_dataset`` publishes it: rows referencing frames."""
-    frames_key = "data/anonymized_frames/test-batch.parquet"
-    rows = frames[["log_id", "frame_index", "split"]].assign(frames_object=frames_key)
-    rows_key = f"datasets/training/{VERSION}/rows.parquet"
-    commit = publish_objects(
-        lake,
-        f"test-{uuid.uuid4().hex[:12]}",
-        {
-            frames_key: frames.drop(columns=["split"]).to_parquet(index=False),
-            rows_key: rows.to_parquet(index=False),
-        },
-        f"dataset {VERSION}",
-        {},
-    )
-    pointer = {"version": VERSION, "commit": commit, "rows_key": rows_key, "manifest_key": ""}
-    publish_objects(
-        lake,
-        f"test-{uuid.uuid4().hex[:12]}",
-        {TRAINING_LATEST: json_document(pointer)},
-        f"latest training dataset is {VERSION}",
-        {},
-    )
-
-
 def _materialization(result: dg.ExecuteJobResult) -> dict:
     (event,) = result.asset_materializations_for_node("trained_model")
     return {key: getattr(value, "value", value) for key, value in event.metadata.items()}
@@ -99,8 +71,10 @@ def test_a_dagster_run_killed_inside_trained_model_resumes_into_the_same_mlflow_
     train, val = small_split
     lake = LocalLake(root=str(tmp_path / "lake"))
     lake.ensure_repository()
-    _publish_dataset(
-        lake, pd.concat([train.assign(split="train"), val.assign(split="val")], ignore_index=True)
+    publish_training_dataset(
+        lake,
+        pd.concat([train.assign(split="train"), val.assign(split="val")], ignore_index=True),
+        VERSION,
     )
     tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     checkpoint_dir = tmp_path / "checkpoints" / VERSION
