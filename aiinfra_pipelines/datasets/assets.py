@@ -10,7 +10,7 @@ import dagster as dg
 
 from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.io_manager import parquet_bytes
-from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH
+from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH, training_rows_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import publish_objects, root_run_id_of
 from aiinfra_pipelines.mining.assets import auto_labels, mined_badcases
@@ -111,7 +111,7 @@ def training_dataset(
         label_qc={**qc, "badcases": int(dataset["badcase"].sum())},
         version=version,
     )
-    rows_key = f"{DATASETS_PREFIX}training/{version}/dataset.parquet"
+    rows_key = training_rows_key(version)
     manifest_key = f"{DATASETS_PREFIX}training/{version}/manifest.json"
     commit = publish_objects(
         lake,

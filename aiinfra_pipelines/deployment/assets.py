@@ -109,14 +109,19 @@ def onnx_model(
 
 @dg.asset(group_name=GROUP, kinds={"onnx", "onnxruntime"})
 def quantized_engine(
-    context: dg.AssetExecutionContext, lake: VersionedLake, onnx_model: dict[str, Any]
+    context: dg.AssetExecutionContext,
+    lake: VersionedLake,
+    mlflow_tracking: MlflowTracking,
+    onnx_model: dict[str, Any],
 ) -> dict[str, Any]:
     """FP16 and mixed-precision INT8 QDQ engines, calibrated on the model's calibration set.
 
     The INT8 plan comes from the sensitivity-driven fallback loop (``deployment.fallback``);
-    calibration frames missing a required condition, or a budget no fallback meets, fail here.
+    when no plan holds every slice, quantization-aware fine-tuning (``deployment.qat``) makes
+    the INT8 engine instead, gated by the same budgets. Calibration frames missing a required
+    condition, or a budget neither meets, fail here.
     """
-    candidate = quantize_candidate(lake, context, onnx_model)
+    candidate = quantize_candidate(lake, context, onnx_model, mlflow_tracking.uri())
     context.add_output_metadata(quantized_metadata(candidate))
     return candidate.to_dict()
 

@@ -48,10 +48,12 @@ def quantized_metadata(candidate: QuantizedCandidate) -> dict[str, Any]:
         "model_version": candidate.identity.model_version,
         "int8_sha256": candidate.int8_sha256,
         "fp16_sha256": candidate.fp16.sha256,
+        "int8_path": candidate.int8_path,
         "fp32_nodes": dg.MetadataValue.json(candidate.plan.fp32_nodes),
         "fallback_steps": dg.MetadataValue.md(fallback_steps_markdown(candidate.plan)),
         "sensitivity": dg.MetadataValue.md(sensitivity_markdown(candidate.plan)),
         "calibration_coverage": dg.MetadataValue.json(candidate.coverage),
+        **({} if candidate.qat is None else {"qat": dg.MetadataValue.json(candidate.qat)}),
     }
 
 

@@ -40,7 +40,7 @@ import contextlib
 import copy
 import itertools
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,7 @@ from aiinfra_pipelines.training.objective import (
 from .export import sha256_hex
 from .fallback import (
     MixedPrecisionEngine,
+    MixedPrecisionPlan,
     QuantizationBudgetError,
     mixed_precision_int8,
     predict_frames,
@@ -695,6 +696,8 @@ class Int8Result:
     ptq: dict[str, Any]  # the mixed-precision plan (+ "error" when PTQ failed)
     qat: dict[str, Any] | None  # the QAT record when QAT ran
     ptq_engine: MixedPrecisionEngine | None = None
+    # PTQ's fallback plan on either path (on the QAT path: the plan that could not hold).
+    ptq_plan: MixedPrecisionPlan | None = None
 
     def summary(self) -> str:
         """One line for a report: what PTQ did, and what QAT did when it had to."""
@@ -717,10 +720,9 @@ class Int8Result:
 
 
 def int8_with_qat_fallback(
-    net: PerceptionNet,
+    qat_inputs: Callable[[], tuple[PerceptionNet, LabelledFrames]],
     fp32_onnx: bytes,
     calibration: LabelledFrames,
-    train_frames: LabelledFrames,
     quantization: QuantizationSettings,
     qat: QatSettings,
     budget_section: Mapping[str, Any],
@@ -731,7 +733,10 @@ def int8_with_qat_fallback(
 ) -> Int8Result:
     """PTQ with sensitivity fallback first; on :class:`QuantizationBudgetError`, QAT.
 
-    ``fp32_onnx`` must be ``net``'s FP32 export (both paths are compared with it). With
+    ``qat_inputs()`` gives the trained network and its labelled training frames; it is called
+    only when QAT has to run (loading a registered model and decoding a training set costs
+    more than the PTQ that usually passes). ``fp32_onnx`` must be that network's FP32 export
+    (both paths are compared with it). With
     ``qat.enabled`` false the PTQ error propagates; a QAT breach raises :class:`QatBudgetError`
     carrying PTQ's plan and the QAT record.
     """
@@ -741,6 +746,7 @@ def int8_with_qat_fallback(
         if not qat.enabled:
             raise
         ptq_record = {**ptq_error.plan.to_dict(), "error": str(ptq_error)}
+        net, train_frames = qat_inputs()
         try:
             qat_engine = qat_int8(
                 net,
@@ -764,6 +770,7 @@ def int8_with_qat_fallback(
             comparison=qat_engine.comparison,
             ptq=ptq_record,
             qat=qat_engine.record,
+            ptq_plan=ptq_error.plan,
         )
     return Int8Result(
         path="ptq",
@@ -773,4 +780,5 @@ def int8_with_qat_fallback(
         ptq=engine.plan.to_dict(),
         qat=None,
         ptq_engine=engine,
+        ptq_plan=engine.plan,
     )

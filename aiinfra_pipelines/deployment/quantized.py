@@ -1,8 +1,9 @@
 """The FP16 and mixed-precision INT8 engines of a candidate, staged on the run branch.
 
 What ``quantized_engine`` computes, without Dagster around it: calibration frames checked for
-coverage, the sensitivity-driven INT8 fallback loop, the FP16 conversion, and the precision plan
-recorded beside the INT8 engine so the manifest says how it was made.
+coverage, the sensitivity-driven INT8 fallback loop — and quantization-aware fine-tuning when
+that loop cannot hold every slice (``deployment.qat``) — the FP16 conversion, and the precision
+plan recorded beside the INT8 engine so the manifest says how it was made.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from aiinfra_pipelines.datasets.settings import CalibrationGates
-from aiinfra_pipelines.lake.layout import candidate_engine_key
+from aiinfra_pipelines.lake.layout import candidate_engine_key, training_rows_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.training.identity import CandidateIdentity
 
-from .frames import labelled_frames, require_calibration_coverage
+from .frames import LabelledFrames, labelled_frames, require_calibration_coverage
 from .payloads import StagedObject
 from .settings import (
     DeploymentSettings,
     DeploymentTarget,
+    QatSettings,
     QuantizationSettings,
     deployment_gates,
     environment_target,
@@ -46,6 +48,9 @@ class QuantizedCandidate:
     precision_plan: dict[str, Any]
     calibration_frames: int
     coverage: Any
+    # "ptq" (post-training, with sensitivity fallback) or "qat" (PTQ could not hold a slice).
+    int8_path: str = "ptq"
+    qat: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``quantized_engine`` output as stored in the lake."""
@@ -60,11 +65,20 @@ class QuantizedCandidate:
 
 
 def precision_plan(
-    plan: MixedPrecisionPlan, quantization: QuantizationSettings, target: DeploymentTarget
+    plan: MixedPrecisionPlan,
+    quantization: QuantizationSettings,
+    target: DeploymentTarget,
+    qat: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The INT8 plan plus the quantizer settings it ran with, as the manifest records it."""
+    """The INT8 plan plus the quantizer settings it ran with, as the manifest records it.
+
+    ``path`` says which engine shipped: ``ptq`` (the plan's mixed precision) or ``qat`` (the
+    plan is what PTQ tried; ``qat`` holds the fine-tune's record).
+    """
     return {
         **plan.to_dict(),
+        "path": "ptq" if qat is None else "qat",
+        **({} if qat is None else {"qat": dict(qat)}),
         "quantization": {
             "calibrate_method": quantization.calibrate_method,
             "per_channel": quantization.per_channel,
@@ -77,13 +91,18 @@ def precision_plan(
 
 
 def quantize_candidate(
-    lake: VersionedLake, context: dg.AssetExecutionContext, onnx_model: Mapping[str, Any]
+    lake: VersionedLake,
+    context: dg.AssetExecutionContext,
+    onnx_model: Mapping[str, Any],
+    tracking_uri: str,
 ) -> QuantizedCandidate:
     """Quantize the staged FP32 ONNX of ``onnx_model`` and stage both engines.
 
-    Calibration frames missing a required condition, or a budget no fallback meets, fail here.
+    Calibration frames missing a required condition, or a budget neither PTQ with fallback
+    nor QAT meets, fail here. QAT loads the registered network and its training frames only
+    when PTQ failed.
     """
-    from .fallback import mixed_precision_int8
+    from .qat import int8_with_qat_fallback
     from .quantize import convert_fp16
 
     settings = DeploymentSettings.load()
@@ -92,9 +111,18 @@ def quantize_candidate(
     fp32 = read_staged(lake, onnx_model["onnx"])
     calibration = labelled_frames(calibration_frames(lake, onnx_model["dataset_version"]))
     coverage = require_calibration_coverage(calibration.tags, CalibrationGates.load().min_share)
-    engine = mixed_precision_int8(
-        fp32, calibration, quantization, deployment_gates()["quantization"], perception_spec()
+    engine = int8_with_qat_fallback(
+        lambda: qat_inputs(lake, onnx_model, tracking_uri),
+        fp32,
+        calibration,
+        quantization,
+        QatSettings.load(),
+        deployment_gates()["quantization"],
+        perception_spec(),
+        opset=settings.opset,
     )
+    if engine.path == "qat":
+        context.log.warning(engine.summary())
     fp16 = convert_fp16(fp32, keep_io_types=quantization.fp16_keep_io_types)
     version = onnx_model["model_version"]
     staged = stage_objects(
@@ -106,13 +134,35 @@ def quantize_candidate(
         },
         f"fp16 and int8 engines of model v{version}",
     )
+    assert engine.ptq_plan is not None  # both paths record PTQ's plan
     return QuantizedCandidate(
         identity=CandidateIdentity.from_dict(onnx_model),
         fp16=staged[candidate_engine_key(version, "fp16")],
         int8=staged[candidate_engine_key(version, "int8")],
         int8_sha256=engine.sha256,
-        plan=engine.plan,
-        precision_plan=precision_plan(engine.plan, quantization, target),
+        plan=engine.ptq_plan,
+        precision_plan=precision_plan(engine.ptq_plan, quantization, target, engine.qat),
         calibration_frames=len(calibration),
         coverage=coverage,
+        int8_path=engine.path,
+        qat=engine.qat,
     )
+
+
+def qat_inputs(
+    lake: VersionedLake, onnx_model: Mapping[str, Any], tracking_uri: str
+) -> tuple[Any, LabelledFrames]:
+    """The candidate's trained network and the train split of the dataset it learned from.
+
+    Read at the dataset commit the candidate recorded, so QAT fine-tunes on exactly the
+    frames the network was trained on, even when a newer dataset has landed since.
+    """
+    from aiinfra_pipelines.datasets.loading import load_frames
+
+    from .registry import load_network
+
+    commit = str(onnx_model["dataset_commit"])
+    rows = lake.get_parquet(commit, training_rows_key(str(onnx_model["dataset_version"])))
+    train_rows = rows[rows["split"] == "train"]
+    network = load_network(str(onnx_model["model_uri"]), tracking_uri)
+    return network, labelled_frames(load_frames(lake, train_rows, commit))

@@ -18,7 +18,7 @@ import pandas as pd
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.datasets.assets import BENCHMARK_MANIFEST
 from aiinfra_pipelines.datasets.loading import load_frames
-from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH, training_rows_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.release.reference import reference_release
 from aiinfra_pipelines.training.resources import mlflow_tracking_uri
@@ -65,8 +65,8 @@ def training_label_frames(lake: VersionedLake, trained_model: Mapping[str, Any])
     the data the candidate learned from, even when a newer dataset has landed since.
     """
     commit = trained_model["dataset_commit"]
-    rows_key = trained_model.get("dataset_rows_key") or (
-        f"{DATASETS_PREFIX}training/{trained_model['dataset_version']}/dataset.parquet"
+    rows_key = trained_model.get("dataset_rows_key") or training_rows_key(
+        trained_model["dataset_version"]
     )
     rows = lake.get_parquet(commit, rows_key)
     rows = rows[rows["split"] == "train"]

@@ -74,6 +74,11 @@ OTA_METADATA_PREFIX = f"{OTA_PREFIX}metadata/"
 OTA_TARGETS_PREFIX = f"{OTA_PREFIX}targets/"
 
 
+def training_rows_key(dataset_version: str) -> str:
+    """The rows (log, frame, split, frames object) of one training dataset version."""
+    return f"{DATASETS_PREFIX}training/{dataset_version}/dataset.parquet"
+
+
 def training_manifest_key(dataset_version: str) -> str:
     """The manifest of one training dataset version (at the commit its tag points at)."""
     return f"{DATASETS_PREFIX}training/{dataset_version}/manifest.json"

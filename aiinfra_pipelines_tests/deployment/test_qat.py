@@ -46,9 +46,8 @@ def qat_settings() -> QatSettings:
 @pytest.fixture(scope="module")
 def fallback_result(outlier_network, outlier_onnx, calibration, settings, qat_settings):
     return int8_with_qat_fallback(
-        outlier_network,
+        lambda: (outlier_network, calibration),
         outlier_onnx,
-        calibration,
         calibration,
         settings.quantization,
         qat_settings,
@@ -200,9 +199,8 @@ def test_a_disabled_qat_lets_the_ptq_breach_through(
 ):
     with pytest.raises(QuantizationBudgetError) as raised:
         int8_with_qat_fallback(
-            outlier_network,
+            lambda: (outlier_network, calibration),
             outlier_onnx,
-            calibration,
             calibration,
             settings.quantization,
             dataclasses.replace(qat_settings, enabled=False),
