@@ -157,7 +157,9 @@ def engine_benchmark_report(
     platform = check_target_hardware(target)
     bench = settings.benchmark
     stats = {
-        precision: _measure(onnx_bytes, precision, images, platform, target, settings, spec)
+        precision: measure_on_target(
+            onnx_bytes, precision, images, platform, target, settings, spec
+        )
         for precision, onnx_bytes in engines.items()
     }
     if target.ship_precision not in stats:
@@ -191,7 +193,7 @@ def engine_benchmark_report(
     }
 
 
-def _measure(
+def measure_on_target(
     onnx_bytes: bytes,
     precision: str,
     images,

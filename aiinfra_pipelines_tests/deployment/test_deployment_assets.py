@@ -115,6 +115,7 @@ def deployed(tmp_path_factory):
         published = run_deployment(instance, resources)
         yield {
             "lake": lake,
+            "instance": instance,
             "resources": resources,
             "training": training,
             "refused": refused,
@@ -166,6 +167,7 @@ def test_the_published_candidate_is_on_main_as_docs_loop_specifies(deployed):
         "target": "cpu-onnxruntime",
     }
     plan = manifest["engines"]["int8"]["precision_plan"]
+    assert plan["path"] == "ptq" and "qat" not in plan  # PTQ held: QAT never ran
     assert plan["passed"] and plan["steps"][-1]["passed"]
     assert set(plan["fp32_nodes"]) <= set(plan["candidates"]) and plan["int8_nodes"]
     assert set(manifest["reports"]) == set(REPORTS)
@@ -236,3 +238,73 @@ def test_the_shipped_engine_runs_from_main_and_keeps_its_recorded_accuracy(deplo
     recorded = next(r for r in parity["engines"]["int8"]["metrics"] if r["slice"] == "overall")
     accuracy = float(np.mean((predictions.occupancy >= 0.5) == (frames.occupancy_target >= 0.5)))
     assert accuracy == pytest.approx(recorded["occupancy_accuracy"], abs=1e-9)
+
+
+def test_qat_would_fine_tune_the_registered_network_on_the_train_split_it_learned_from(deployed):
+    """What ``quantized_engine`` hands QAT when PTQ cannot hold a slice (the QAT path itself:
+    deployment/test_qat.py): the candidate's own network from the registry, and the train
+    rows of its dataset version read at the commit it recorded."""
+    from aiinfra_pipelines.deployment.quantized import qat_inputs
+    from aiinfra_pipelines.lake.layout import training_rows_key
+    from aiinfra_pipelines.training.resources import mlflow_tracking_uri
+
+    lake = deployed["lake"]
+    onnx_model = deployed["published"].output_for_node("onnx_model")
+    tracking_uri = deployed["resources"]["mlflow_tracking"].uri()
+    network, train_frames = qat_inputs(lake, onnx_model, tracking_uri)
+
+    with mlflow_tracking_uri(tracking_uri):
+        registered = mlflow.pytorch.load_model(onnx_model["model_uri"], map_location="cpu")
+    for key, value in registered.state_dict().items():
+        assert np.array_equal(value.numpy(), network.state_dict()[key].numpy()), key
+    rows = lake.get_parquet(
+        onnx_model["dataset_commit"], training_rows_key(onnx_model["dataset_version"])
+    )
+    train_rows = rows[rows["split"] == "train"]
+    assert len(train_frames) == len(train_rows) > 0
+    assert set(train_frames.tags["log_id"]) == set(train_rows["log_id"])
+
+
+def test_the_compression_report_measures_every_variant_of_the_published_candidate(deployed):
+    """``compression_report`` on the published candidate: the car network pruned under the
+    slice guard, QAT beside the shipped PTQ engine, FP16; no teacher (distillation is off in
+    training.yaml), each scored on the benchmark and timed on the cpu-ci target."""
+    from aiinfra_pipelines.deployment.compression_assets import compression_report_key
+    from aiinfra_pipelines_tests.support.loop_runs import all_assets_and_checks
+
+    lake, version = deployed["lake"], deployed["version"]
+    result = dg.materialize(
+        all_assets_and_checks(),
+        selection=dg.AssetSelection.assets("compression_report"),
+        instance=deployed["instance"],
+        resources=deployed["resources"],
+    )
+    assert result.success
+    output = result.output_for_node("compression_report")
+    report = lake.get_json(MAIN_BRANCH, compression_report_key(version))
+    assert output == {"model_version": version, "choice": report["choice"], "key": output["key"]}
+    rows = {row["variant"]: row for row in report["variants"]}
+    assert list(rows) == [
+        "teacher_fp32",
+        "student_fp32",
+        "pruned_fp32",
+        "ptq_int8",
+        "qat_int8",
+        "fp16",
+    ]
+    assert rows["teacher_fp32"]["available"] is False
+    for name in ("student_fp32", "pruned_fp32", "ptq_int8", "fp16"):
+        assert rows[name]["available"] and rows[name]["p99_ms_batch1"] > 0, name
+    assert rows["student_fp32"]["within_budget"]
+    assert "stopped by" in rows["pruned_fp32"]["note"]
+    assert rows["ptq_int8"]["note"] == "the shipped INT8 engine"
+    assert report["choice"] in {name for name, row in rows.items() if row.get("within_budget")}
+    chosen = rows[report["choice"]]
+    assert all(
+        chosen["bytes"] <= row["bytes"]
+        for name, row in rows.items()
+        if row.get("within_budget") and name != "teacher_fp32"
+    )
+    client = mlflow.MlflowClient(tracking_uri=deployed["resources"]["mlflow_tracking"].uri())
+    artifacts = {a.path for a in client.list_artifacts(report["mlflow_run_id"], "compression")}
+    assert artifacts == {"compression/report.json", "compression/report.md"}
