@@ -175,6 +175,7 @@ def _materialize_training(small_split, tmp_path, training_yaml: dict) -> dict:
         VERSION,
     )
     uri = tracking_uri(tmp_path)
+    (tmp_path / "home").mkdir()
     resources = {
         "lake": lake,
         "io_manager": LakeIOManager(lake=lake),
