@@ -34,13 +34,17 @@ from aiinfra_pipelines.perception.contract import (
 
 from .conftest import OUTLIER_CONSUMER, QUANTIZATION_BUDGETS
 
-NO_FALLBACK = {**QUANTIZATION_BUDGETS, "max_fp32_nodes": 0}
+# No FP32 fallback allowed, and slices gated from 40 calibration frames as gates.yaml
+# deployment.quantization gates them: a 20-frame slice moves by 1.5 % of accuracy for one car
+# read differently, the whole budget, so whether QAT holds it depended on the last bits of the
+# test network's weights (which other tests' training in the same process could change).
+NO_FALLBACK = {**QUANTIZATION_BUDGETS, "max_fp32_nodes": 0, "min_slice_frames": 40}
 
 
 @pytest.fixture(scope="module")
 def qat_settings() -> QatSettings:
-    # deployment.yaml as shipped, with fewer frames so the module stays fast on 2 cores.
-    return dataclasses.replace(QatSettings.load(), frames=128, epochs=2)
+    # deployment.yaml as shipped (4 epochs at most), with fewer frames so the module stays fast.
+    return dataclasses.replace(QatSettings.load(), frames=128)
 
 
 @pytest.fixture(scope="module")
