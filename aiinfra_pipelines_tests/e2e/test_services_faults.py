@@ -47,7 +47,7 @@ from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.io_manager import LakeIOManager
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.publish import publish_objects
-from aiinfra_pipelines.training.assets import trained_model
+from aiinfra_pipelines.training.assets import teacher_model, trained_model
 from aiinfra_pipelines.training.module import VAL_LOSS
 from aiinfra_pipelines.training.resources import MlflowTracking
 from aiinfra_pipelines.training.settings import load_training_config
@@ -328,7 +328,11 @@ def test_training_fails_clearly_without_its_mlflow_server_and_a_retry_resumes(
         backend = (postgres.url(MLFLOW_DATABASE), f"s3://{BUCKET}/proxied", s3_endpoint)
         with mlflow_server(*backend, logs / "mlflow.log", port=port) as server:
             watcher = _crash_after_first_epoch(postgres, server)
-            failed = dg.materialize([trained_model], resources=resources, raise_on_error=False)
+            # teacher_model first: trained_model takes its output (no teacher trains while
+            # training.yaml distillation is off, so the outage hits the car network's training).
+            failed = dg.materialize(
+                [teacher_model, trained_model], resources=resources, raise_on_error=False
+            )
             watcher.join(timeout=WAIT_S)
             assert server.process.poll() is not None, "training ended before the outage"
         assert not failed.success
@@ -339,9 +343,13 @@ def test_training_fails_clearly_without_its_mlflow_server_and_a_retry_resumes(
         assert registered_model_versions(postgres) == []  # nothing half-registered
 
         with mlflow_server(*backend, logs / "mlflow.log", port=port):
-            retried = dg.materialize([trained_model], resources=resources)
+            retried = dg.materialize([teacher_model, trained_model], resources=resources)
             client = MlflowClient(tracking_uri=services.tracking_uri)
-            (event,) = retried.get_asset_materialization_events()
+            (event,) = [
+                found
+                for found in retried.get_asset_materialization_events()
+                if found.asset_key == trained_model.key
+            ]
             metadata = {
                 key: getattr(value, "value", value)
                 for key, value in event.materialization.metadata.items()
