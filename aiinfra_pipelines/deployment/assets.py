@@ -65,8 +65,10 @@ def onnx_model(
 ) -> dict[str, Any]:
     """The published candidate as ONNX (dynamic batch), checked and equal to PyTorch on real
     frames, logged to its MLflow run and hashed on its model version."""
+    from aiinfra_pipelines.training.resources import load_registered_network as load_network
+
     from .export import export_checked_onnx
-    from .registry import load_network, log_onnx
+    from .registry import log_onnx
     from .settings import export_tolerance
 
     candidate = CandidateIdentity.from_dict(trained_model)

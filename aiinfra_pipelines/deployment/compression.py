@@ -33,8 +33,14 @@ QAT = "qat_int8"
 FP16 = "fp16"
 VARIANTS: tuple[str, ...] = (TEACHER, STUDENT, PRUNED, PTQ, QAT, FP16)
 # What a variant's engine is built as on the target backend.
-PRECISION = {TEACHER: "fp32", STUDENT: "fp32", PRUNED: "fp32", PTQ: "int8", QAT: "int8"}
-PRECISION[FP16] = "fp16"
+PRECISION = {
+    TEACHER: "fp32",
+    STUDENT: "fp32",
+    PRUNED: "fp32",
+    PTQ: "int8",
+    QAT: "int8",
+    FP16: "fp16",
+}
 # Per-slice label metrics the report tabulates (evaluate_by_slice's names).
 SLICE_METRICS: tuple[str, ...] = ("occupancy_accuracy", "occupancy_f1", "lead_gap_mae_m")
 

@@ -11,7 +11,6 @@ from typing import Any
 import dagster as dg
 
 from aiinfra_pipelines.lake.encoding import json_document
-from aiinfra_pipelines.lake.layout import training_rows_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import publish_objects, root_run_id_of
 from aiinfra_pipelines.perception.contract import perception_spec
@@ -20,7 +19,13 @@ from aiinfra_pipelines.training.resources import MlflowTracking
 
 from .compression import compression_report, target_measure, variants_table
 from .frames import labelled_frames
-from .staging import benchmark_frames, calibration_frames, read_staged, same_candidate
+from .staging import (
+    benchmark_frames,
+    calibration_frames,
+    dataset_split_frames,
+    read_staged,
+    same_candidate,
+)
 
 COMPRESSION_GROUP = "compression"
 COMPRESSION_REPORT = "compression"
@@ -31,17 +36,6 @@ def compression_report_key(model_version: str) -> str:
     """Beside, not inside, the candidate's folder: the candidate manifest lists every file
     under ``candidates/<version>/`` and this report is made after the candidate published."""
     return f"compression/{model_version}/report.json"
-
-
-def _splits(lake: VersionedLake, candidate: CandidateIdentity) -> tuple[Any, Any]:
-    """The candidate's train and val frames, read at the dataset commit it recorded."""
-    from aiinfra_pipelines.datasets.loading import load_frames
-
-    rows = lake.get_parquet(candidate.dataset_commit, training_rows_key(candidate.dataset_version))
-    return tuple(
-        load_frames(lake, rows[rows["split"] == split], candidate.dataset_commit)
-        for split in ("train", "val")
-    )
 
 
 @dg.asset(
@@ -60,10 +54,10 @@ def compression_report_asset(
     """Teacher FP32, student FP32, pruned, PTQ INT8, QAT INT8 and FP16 of the candidate, per
     slice on the benchmark and timed on the environment's target; the smallest one that
     holds every slice budget is the report's choice."""
+    from aiinfra_pipelines.training.resources import load_registered_network as load_network
     from aiinfra_pipelines.training.training_run import environment_training_overrides
 
     from .compressed_models import CandidateGraphs, compressed_variants
-    from .registry import load_network
     from .reports import check_target_hardware
     from .settings import DeploymentSettings, deployment_gates, environment_target
 
@@ -84,7 +78,7 @@ def compression_report_asset(
         int8=read_staged(lake, engines["int8"]),
         int8_path=str(engines["int8"]["precision_plan"].get("path", "ptq")),
     )
-    train, val = _splits(lake, candidate)
+    train, val = dataset_split_frames(lake, onnx_model, ("train", "val"))
     calibration = labelled_frames(calibration_frames(lake, candidate.dataset_version))
     variants = compressed_variants(
         student,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from aiinfra_pipelines.datasets.settings import CalibrationGates
-from aiinfra_pipelines.lake.layout import candidate_engine_key, training_rows_key
+from aiinfra_pipelines.lake.layout import candidate_engine_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.training.identity import CandidateIdentity
@@ -30,7 +30,7 @@ from .settings import (
     deployment_gates,
     environment_target,
 )
-from .staging import calibration_frames, read_staged, stage_objects
+from .staging import calibration_frames, dataset_split_frames, read_staged, stage_objects
 
 if TYPE_CHECKING:
     from .fallback import MixedPrecisionPlan
@@ -152,17 +152,9 @@ def quantize_candidate(
 def qat_inputs(
     lake: VersionedLake, onnx_model: Mapping[str, Any], tracking_uri: str
 ) -> tuple[Any, LabelledFrames]:
-    """The candidate's trained network and the train split of the dataset it learned from.
+    """The candidate's trained network and the train split of the dataset it learned from."""
+    from aiinfra_pipelines.training.resources import load_registered_network
 
-    Read at the dataset commit the candidate recorded, so QAT fine-tunes on exactly the
-    frames the network was trained on, even when a newer dataset has landed since.
-    """
-    from aiinfra_pipelines.datasets.loading import load_frames
-
-    from .registry import load_network
-
-    commit = str(onnx_model["dataset_commit"])
-    rows = lake.get_parquet(commit, training_rows_key(str(onnx_model["dataset_version"])))
-    train_rows = rows[rows["split"] == "train"]
-    network = load_network(str(onnx_model["model_uri"]), tracking_uri)
-    return network, labelled_frames(load_frames(lake, train_rows, commit))
+    (train,) = dataset_split_frames(lake, onnx_model, ("train",))
+    network = load_registered_network(str(onnx_model["model_uri"]), tracking_uri)
+    return network, labelled_frames(train)

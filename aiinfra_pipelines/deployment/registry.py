@@ -11,17 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aiinfra_pipelines.training.resources import mlflow_tracking_uri
-
 ONNX_ARTIFACT_PATH = "onnx"
-
-
-def load_network(model_uri: str, tracking_uri: str) -> Any:
-    """The trained ``PerceptionNet`` as MLflow stored it (pickle format loads the module)."""
-    import mlflow
-
-    with mlflow_tracking_uri(tracking_uri):
-        return mlflow.pytorch.load_model(model_uri, map_location="cpu")
 
 
 def _client(tracking_uri: str):

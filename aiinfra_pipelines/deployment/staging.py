@@ -15,7 +15,7 @@ import pandas as pd
 
 from aiinfra_pipelines.datasets.assets import BENCHMARK_MANIFEST
 from aiinfra_pipelines.datasets.loading import load_frames
-from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH
+from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH, training_rows_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import commit_changes, ensure_run_branch, root_run_id_of
 
@@ -68,6 +68,20 @@ def calibration_frames(lake: VersionedLake, dataset_version: str) -> pd.DataFram
         )
     rows = lake.get_parquet(MAIN_BRANCH, key)
     return load_frames(lake, rows, MAIN_BRANCH)
+
+
+def dataset_split_frames(
+    lake: VersionedLake, candidate: Mapping[str, Any], splits: tuple[str, ...]
+) -> tuple[pd.DataFrame, ...]:
+    """The frames of each of ``splits`` of the candidate's training dataset, in that order.
+
+    Read at the dataset commit the candidate recorded (its ``dataset_commit``), so what QAT
+    or pruning learns from is exactly what the network was trained on, even when a newer
+    dataset has landed since.
+    """
+    commit = str(candidate["dataset_commit"])
+    rows = lake.get_parquet(commit, training_rows_key(str(candidate["dataset_version"])))
+    return tuple(load_frames(lake, rows[rows["split"] == split], commit) for split in splits)
 
 
 def benchmark_frames(lake: VersionedLake) -> tuple[LabelledFrames, str]:

@@ -21,6 +21,7 @@ from aiinfra_pipelines.datasets.loading import load_frames
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH, training_rows_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.release.reference import reference_release
+from aiinfra_pipelines.training.resources import load_registered_network as load_model
 from aiinfra_pipelines.training.resources import mlflow_tracking_uri
 
 from .baselines import fit_baselines, score_baselines
@@ -77,14 +78,6 @@ def training_label_frames(lake: VersionedLake, trained_model: Mapping[str, Any])
     if not parts:
         raise ValueError(f"training dataset {trained_model['dataset_version']} has no train rows")
     return pd.concat(parts, ignore_index=True)
-
-
-def load_model(model_uri: str, tracking_uri: str) -> Any:
-    """A registered PyTorch model on CPU (evaluation never needs the GPU)."""
-    import mlflow
-
-    with mlflow_tracking_uri(tracking_uri):
-        return mlflow.pytorch.load_model(model_uri, map_location="cpu")
 
 
 def benchmark_frames(lake: VersionedLake) -> tuple[dict[str, Any], pd.DataFrame]:

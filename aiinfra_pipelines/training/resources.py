@@ -14,6 +14,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -102,3 +103,12 @@ def mlflow_tracking_uri(uri: str) -> Iterator[None]:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:
             os.environ["MLFLOW_TRACKING_URI"] = previous_env
+
+
+def load_registered_network(model_uri: str, tracking_uri: str) -> Any:
+    """A logged ``PerceptionNet`` on CPU, as MLflow stored it (pickle format loads the module):
+    the one way every layer (warm start, teacher, evaluation, deployment) reads a model back."""
+    import mlflow
+
+    with mlflow_tracking_uri(tracking_uri):
+        return mlflow.pytorch.load_model(model_uri, map_location="cpu")

@@ -65,10 +65,7 @@ def distillation_enabled(overrides: Mapping[str, Any] | None = None) -> bool:
 
 def load_teacher(model_uri: str, version: str, tracking_uri: str) -> Teacher:
     """The registered teacher network, frozen, named by its URI and version."""
-    import mlflow
+    from .resources import load_registered_network
 
-    from .resources import mlflow_tracking_uri
-
-    with mlflow_tracking_uri(tracking_uri):
-        network = mlflow.pytorch.load_model(model_uri, map_location="cpu")
+    network = load_registered_network(model_uri, tracking_uri)
     return Teacher(network.eval(), f"{model_uri} (teacher version {version})")

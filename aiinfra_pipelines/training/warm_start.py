@@ -20,7 +20,7 @@ import torch
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.perception.network import PerceptionNet
 
-from .resources import mlflow_tracking_uri
+from .resources import load_registered_network
 from .settings import load_training_config
 
 logger = logging.getLogger(__name__)
@@ -85,8 +85,6 @@ def reference_warm_start(
     config = load_training_config(overrides)
     if not config["warm_start"]["enabled"]:
         return None
-    import mlflow
-
     # Here, not at the top: the training entry point imports WarmStart from this module and
     # must not pull in the release layer (nor its lake code) to train.
     from aiinfra_pipelines.release.reference import reference_release
@@ -97,16 +95,13 @@ def reference_warm_start(
         return latest_registered_warm_start(tracking_uri, name, "latest trained, no release yet")
     uri = str(reference["model_uri"])
     source = f"{uri} (model version {reference['version']}, {reference['source']})"
-    with mlflow_tracking_uri(tracking_uri):
-        network = mlflow.pytorch.load_model(uri, map_location="cpu")
-    return WarmStart(network.state_dict(), source)
+    return WarmStart(load_registered_network(uri, tracking_uri).state_dict(), source)
 
 
 def latest_registered_warm_start(
     tracking_uri: str, registered_model: str, why: str = "latest trained"
 ) -> WarmStart | None:
     """The newest registered version of ``registered_model``'s weights, or ``None``."""
-    import mlflow
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
@@ -115,6 +110,5 @@ def latest_registered_warm_start(
         return None
     latest = max(versions, key=lambda found: int(found.version))
     uri = f"models:/{registered_model}/{latest.version}"
-    with mlflow_tracking_uri(tracking_uri):
-        network = mlflow.pytorch.load_model(uri, map_location="cpu")
+    network = load_registered_network(uri, tracking_uri)
     return WarmStart(network.state_dict(), f"{uri} (model version {latest.version}, {why})")

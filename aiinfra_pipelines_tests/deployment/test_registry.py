@@ -7,7 +7,8 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from aiinfra_pipelines.deployment.registry import load_network, log_onnx, version_tags
+from aiinfra_pipelines.deployment.registry import log_onnx, version_tags
+from aiinfra_pipelines.training.resources import load_registered_network as load_network
 from aiinfra_pipelines.training.resources import mlflow_tracking_uri
 from aiinfra_pipelines.training.tracking import register_model_version
 
