@@ -23,16 +23,16 @@ script *reports* ``int8_speedup`` and ``worst_slice_drop`` against it, it does n
 
     .venv/bin/python benchmarks/engines.py [--vehicles 4] [--episodes 2] [--epochs 6]
         [--iterations 300] [--rounds 3] [--threads 1] [--width N] [--hidden N]
-        [--quantization JSON] [--preprocess] [--profile] [--json]
+        [--quantization JSON] [--profile] [--json]
 
 ``--json`` prints one JSON object on stdout (everything else goes to stderr) with at least
 ``fp32_fps``, ``int8_fps``, ``int8_speedup``, ``fp32_p99_ms``, ``int8_p99_ms`` and
-``worst_slice_drop``. ``--quantization '{"per_channel": false}'`` overrides deployment.yaml
-``quantization`` fields for this run only (to try a recipe without changing the loop's), and
-``--preprocess`` quantizes the graph after onnxruntime's ``quant_pre_process``: on x86 the pair
-``--preprocess --quantization '{"activation_type": "QUInt8"}'`` lets onnxruntime fuse every
-QDQ Conv/Gemm into QLinearConv/QGemm, where the loop's recipe (S8S8, graph as exported) leaves
-most in float between Q/DQ pairs (``--profile``'s ``graph_ops`` shows which).
+``worst_slice_drop``. The INT8 engines are quantized as the loop quantizes for the onnxruntime
+CPU target (deployment.yaml ``quantization`` with ``targets.cpu-ci.quantization`` on top: U8S8,
+pre-processed graph); ``--quantization '{"per_channel": false}'`` overrides those fields for
+this run only, to try a recipe without changing the loop's. ``--quantization
+'{"activation_type": "QInt8", "preprocess": false}'`` measures the recipe before it: most
+Conv/Gemm then stay float between Q/DQ pairs (``--profile``'s ``graph_ops`` shows which).
 """
 
 from __future__ import annotations
@@ -78,6 +78,9 @@ from aiinfra_pipelines_tests.support.trained_networks import (
     sample,
     split_logs,
 )
+
+# The target whose quantizer settings the CPU figures use (deployment.yaml targets).
+CPU_TARGET = "cpu-ci"
 
 
 def _say(*parts: Any) -> None:
@@ -143,33 +146,22 @@ def _macs(network: PerceptionNet, image: torch.Tensor) -> int:
 
 
 def _quantization_settings(settings: DeploymentSettings, overrides: str | None):
-    """deployment.yaml ``quantization``, with ``--quantization`` JSON fields replaced."""
+    """The loop's quantizer settings for the onnxruntime CPU target, with ``--quantization``
+    JSON fields replaced."""
+    cpu = settings.quantization.for_target(settings.targets[CPU_TARGET])
     if not overrides:
-        return settings.quantization
+        return cpu
     try:
         changes = json.loads(overrides)
     except json.JSONDecodeError as error:
         raise SystemExit(f"--quantization is not JSON ({error}): {overrides!r}") from None
     if not isinstance(changes, dict):
         raise SystemExit(f"--quantization must be a JSON object, got {overrides!r}")
-    known = {f.name for f in dataclasses.fields(settings.quantization)}
+    known = {f.name for f in dataclasses.fields(cpu)}
     unknown = sorted(set(changes) - known)
     if unknown:
         raise SystemExit(f"--quantization: unknown field(s) {unknown}; known: {sorted(known)}")
-    return dataclasses.replace(settings.quantization, **changes)
-
-
-def _preprocessed(onnx_bytes: bytes) -> bytes:
-    """onnxruntime's ``quant_pre_process`` (shape inference, basic graph optimizations): the
-    exporter feeds the mirror pass's folded conv weights through ``Identity`` nodes, which the
-    quantizer cannot treat as constants; optimization turns them back into initializers."""
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    with tempfile.TemporaryDirectory(prefix="aiinfra-preprocess-") as directory:
-        source, target = Path(directory) / "fp32.onnx", Path(directory) / "pre.onnx"
-        source.write_bytes(onnx_bytes)
-        quant_pre_process(str(source), str(target))
-        return target.read_bytes()
+    return dataclasses.replace(cpu, **changes)
 
 
 def _shipped_int8(fp32_onnx, calibration, quantization, gates, spec) -> tuple[bytes, dict]:
@@ -431,9 +423,6 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=None, help="default: training.yaml")
     parser.add_argument("--hidden", type=int, default=None, help="default: training.yaml")
     parser.add_argument("--quantization", default=None, help="JSON of quantization overrides")
-    parser.add_argument(
-        "--preprocess", action="store_true", help="quant_pre_process the FP32 graph first"
-    )
     parser.add_argument("--profile", action="store_true", help="onnxruntime op profile")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args()
@@ -476,13 +465,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     exported = export_checked_onnx(
         network, calibration.head(32).inputs(), tolerance=1e-4, opset=settings.opset
     )
-    to_quantize = _preprocessed(exported.onnx_bytes) if args.preprocess else exported.onnx_bytes
-    int8, plan = _shipped_int8(to_quantize, calibration, quantization, gates, spec)
+    int8, plan = _shipped_int8(exported.onnx_bytes, calibration, quantization, gates, spec)
     engines = {
         "fp32": exported.onnx_bytes,
         "fp16": convert_fp16(exported.onnx_bytes),
         "int8": int8,
-        "int8-all": quantize_int8(to_quantize, calibration.inputs(), quantization),
+        "int8-all": quantize_int8(exported.onnx_bytes, calibration.inputs(), quantization),
     }
     width, hidden = int(config["model"]["width"]), int(config["model"]["hidden"])
     report: dict[str, Any] = {
@@ -497,7 +485,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **{f"{name.replace('-', '_')}_bytes": len(b) for name, b in engines.items()},
         **plan,
         "quantization": dataclasses.asdict(quantization),
-        "preprocess": args.preprocess,
     }
     _say(
         f"width {width}, hidden {hidden}: {report['macs_per_frame'] / 1e6:.1f} M MACs/frame; "

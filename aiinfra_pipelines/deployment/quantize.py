@@ -77,8 +77,8 @@ class _DropPreprocessHint(logging.Filter):
 
 @contextlib.contextmanager
 def _quiet_quantizer() -> Iterator[None]:
-    """onnxruntime suggests its optional pre-processing on every call; say it once here:
-    our graphs come from the exporter already constant-folded, with BatchNorm fused."""
+    """onnxruntime suggests its optional pre-processing on every call; whether it runs is
+    deployment.yaml's ``preprocess`` (per target), so the hint says nothing the settings do not."""
     root = logging.getLogger()
     hint = _DropPreprocessHint()
     root.addFilter(hint)
@@ -86,6 +86,24 @@ def _quiet_quantizer() -> Iterator[None]:
         yield
     finally:
         root.removeFilter(hint)
+
+
+def _preprocess(fp32_path: Path) -> None:
+    """Replace ``fp32_path`` by onnxruntime's ``quant_pre_process`` of it (shape inference and
+    basic graph optimizations, standard ONNX operators only).
+
+    Why: the mirror pass runs the same weights twice, and the exporter feeds the second use
+    through ``Identity`` nodes the quantizer cannot treat as constant weights, so those Conv/Gemm
+    stay float between Q/DQ pairs and INT8 only adds work. Optimized, every weight is an
+    initializer again and onnxruntime fuses each quantized Conv/Gemm into one integer kernel.
+    Node names survive, so a fallback plan names the same nodes either way.
+    """
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    exported = fp32_path.with_name("exported.onnx")
+    fp32_path.rename(exported)
+    quant_pre_process(str(exported), str(fp32_path))
+    exported.unlink()
 
 
 class QuantizationWorkspace:
@@ -107,6 +125,8 @@ class QuantizationWorkspace:
     def __enter__(self) -> QuantizationWorkspace:
         self._directory = Path(tempfile.mkdtemp(prefix="aiinfra-quant-"))
         (self._directory / "fp32.onnx").write_bytes(self.fp32_onnx)
+        if self.settings.preprocess:
+            _preprocess(self._directory / "fp32.onnx")
         return self
 
     def __exit__(self, *exc_info) -> None:

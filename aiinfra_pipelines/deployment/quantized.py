@@ -85,6 +85,7 @@ def precision_plan(
             "activation_type": quantization.activation_type,
             "weight_type": quantization.weight_type,
             "extra_options": dict(quantization.extra_options),
+            "preprocess": quantization.preprocess,
             "target": target.name,
         },
     }

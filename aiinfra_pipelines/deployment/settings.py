@@ -20,6 +20,15 @@ GATES_FILE = "gates.yaml"
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 SENSITIVITY_METRICS: tuple[str, ...] = ("output_sqnr_db", "layer_sqnr_db")
 QAT_RANGE_INITS: tuple[str, ...] = ("output_mse", "minmax")
+# onnxruntime QuantType names the quantizer accepts for activations and weights.
+QUANT_TYPES: tuple[str, ...] = ("QInt8", "QUInt8")
+# The quantizer settings a target may override (deployment.yaml targets.<name>.quantization).
+TARGET_QUANTIZATION: tuple[str, ...] = (
+    "activation_type",
+    "weight_type",
+    "per_channel",
+    "preprocess",
+)
 
 
 @dataclass(frozen=True)
@@ -34,10 +43,17 @@ class QuantizationSettings:
     candidate_op_types: tuple[str, ...]
     # onnxruntime quantize_static extra_options (ActivationSymmetric, QuantizeBias, ...)
     extra_options: Mapping[str, Any] = field(default_factory=dict)
+    # onnxruntime's quant_pre_process on the FP32 graph first (shared weights behind Identity
+    # nodes become initializers again, so every Conv/Gemm can run as a QLinear kernel).
+    preprocess: bool = False
 
     def for_target(self, target: DeploymentTarget) -> QuantizationSettings:
         """These settings with the target runtime's quantization options on top."""
-        return replace(self, extra_options={**self.extra_options, **target.quantization_options})
+        return replace(
+            self,
+            extra_options={**self.extra_options, **target.quantization_options},
+            **dict(target.quantization),
+        )
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,8 @@ class DeploymentTarget:
     compute_capability: str | None = None
     # What the runtime's INT8 kernels require of the QDQ graph (TensorRT: symmetric, float bias).
     quantization_options: Mapping[str, Any] = field(default_factory=dict)
+    # QuantizationSettings fields this runtime's kernels want set otherwise (TARGET_QUANTIZATION).
+    quantization: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -144,7 +162,30 @@ def _target(section: Section) -> DeploymentTarget:
         intra_op_threads=section.int("intra_op_threads", 0),
         compute_capability=None if capability is None else str(capability),
         quantization_options=dict(section.section("quantization_options", {}).values),
+        quantization=_target_quantization(section.section("quantization", {})),
     )
+
+
+def _quant_type(section: Section, key: str) -> str:
+    value = section.str(key)
+    if value not in QUANT_TYPES:
+        raise section.error(key, f"{value!r}: expected one of {', '.join(QUANT_TYPES)}")
+    return value
+
+
+def _target_quantization(section: Section) -> dict[str, Any]:
+    unknown = sorted(set(section.values) - set(TARGET_QUANTIZATION))
+    if unknown:
+        raise section.error(
+            unknown[0], f"not a target quantization setting ({', '.join(TARGET_QUANTIZATION)})"
+        )
+    overrides: dict[str, Any] = {}
+    for key in section.values:
+        if key in ("activation_type", "weight_type"):
+            overrides[key] = _quant_type(section, key)
+        else:
+            overrides[key] = section.bool(key)
+    return overrides
 
 
 def _quantization(config: Section) -> QuantizationSettings:
@@ -158,12 +199,13 @@ def _quantization(config: Section) -> QuantizationSettings:
         calibration_batch_size=_positive(quantization, "calibration_batch_size"),
         calibrate_method=quantization.str("calibrate_method"),
         per_channel=quantization.bool("per_channel"),
-        activation_type=quantization.str("activation_type"),
-        weight_type=quantization.str("weight_type"),
+        activation_type=_quant_type(quantization, "activation_type"),
+        weight_type=_quant_type(quantization, "weight_type"),
         fp16_keep_io_types=quantization.bool("fp16_keep_io_types"),
         sensitivity_metric=metric,
         candidate_op_types=tuple(str(op) for op in sensitivity.list("candidate_op_types")),
         extra_options=dict(quantization.section("extra_options", {}).values),
+        preprocess=quantization.bool("preprocess", False),
     )
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 
 import numpy as np
 import pytest
 
+from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.deployment.backends import (
     BACKENDS,
     BackendUnavailableError,
@@ -99,6 +101,30 @@ def test_the_environment_picks_a_target_with_a_latency_profile():
         environment_target(settings, {"deployment": {"target": "mars-rover"}})
     with pytest.raises(ValueError, match=r"no deployment\.target"):
         environment_target(settings, {})
+
+
+def test_a_target_overrides_only_the_quantizer_settings_its_kernels_need():
+    settings = DeploymentSettings.load()
+    cpu = settings.quantization.for_target(settings.targets["cpu-ci"])
+    assert cpu.activation_type == "QUInt8" and cpu.preprocess
+    for name in ("gpu-ci", "orin"):  # TensorRT's explicit quantization is signed INT8 only
+        tensorrt = settings.quantization.for_target(settings.targets[name])
+        assert tensorrt.activation_type == "QInt8" and tensorrt.weight_type == "QInt8"
+    assert settings.quantization.activation_type == "QInt8"  # the targets' own, not global
+
+    def with_cpu_quantization(overrides: dict) -> dict:
+        config = copy.deepcopy(load_resource_yaml("deployment.yaml"))
+        config["targets"]["cpu-ci"]["quantization"] = overrides
+        return config
+
+    with pytest.raises(ValueError, match=r"cpu-ci\.quantization\.calibrate_method.*not a target"):
+        DeploymentSettings.load(with_cpu_quantization({"calibrate_method": "Entropy"}))
+    with pytest.raises(ValueError, match=r"activation_type.*'UInt4'.*QInt8, QUInt8"):
+        DeploymentSettings.load(with_cpu_quantization({"activation_type": "UInt4"}))
+    with pytest.raises(ValueError, match=r"quantization\.activation_type.*'int8'"):
+        config = copy.deepcopy(load_resource_yaml("deployment.yaml"))
+        config["quantization"]["activation_type"] = "int8"
+        DeploymentSettings.load(config)
 
 
 @requires_tensorrt

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import tempfile
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
 
 import onnx
 import pytest
@@ -138,3 +142,54 @@ def test_fp16_engine_is_half_precision_inside_with_float32_io(exported, calibrat
     reference = run_tensors(exported.onnx_bytes, ["occupancy_logits"], calibration.inputs()[:32])
     half = run_tensors(fp16, ["occupancy_logits"], calibration.inputs()[:32])
     assert sqnr_db(reference["occupancy_logits"], half["occupancy_logits"]) > 40.0
+
+
+def _cpu_kernels(onnx_bytes: bytes) -> Counter:
+    """Operator types of the graph onnxruntime's CPU provider really runs (after its own
+    optimizer fused what it could): what the INT8 engine costs, read without timing it."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="aiinfra-test-kernels-") as directory:
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(Path(directory) / "optimized.onnx")
+        ort.InferenceSession(onnx_bytes, sess_options=options, providers=["CPUExecutionProvider"])
+        return Counter(
+            node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node
+        )
+
+
+def test_the_cpu_target_runs_every_conv_and_gemm_as_an_integer_kernel(
+    exported, calibration, settings
+):
+    cpu = settings.quantization.for_target(settings.targets["cpu-ci"])
+    assert (cpu.activation_type, cpu.weight_type, cpu.preprocess) == ("QUInt8", "QInt8", True)
+    weighted = quantizable_nodes(exported.onnx_bytes, ("Conv", "Gemm"))
+    float_kernels = {"Conv", "FusedConv", "Gemm", "FusedGemm"}
+
+    shipped = _cpu_kernels(quantize_int8(exported.onnx_bytes, calibration.inputs(), cpu))
+    assert shipped["QLinearConv"] + shipped["QGemm"] == len(weighted)
+    assert not float_kernels & set(shipped)
+
+    # The recipe before it (signed activations, graph as exported) leaves Conv/Gemm in float
+    # between Q/DQ pairs: INT8 then only adds quantize/dequantize work.
+    before = replace(cpu, activation_type="QInt8", preprocess=False)
+    unfused = _cpu_kernels(quantize_int8(exported.onnx_bytes, calibration.inputs(), before))
+    assert sum(unfused[op] for op in float_kernels) > 0
+
+
+def test_a_preprocessed_graph_quantizes_reproducibly_and_falls_back_by_the_same_names(
+    outlier_onnx, calibration, settings
+):
+    cpu = settings.quantization.for_target(settings.targets["cpu-ci"])
+    first = quantize_int8(outlier_onnx, calibration.inputs(), cpu)
+    assert _sha(first) == _sha(quantize_int8(outlier_onnx, calibration.inputs(), cpu))
+    # Node names come from the exported graph; pre-processing must not rename them, or a
+    # fallback plan would keep nothing in FP32.
+    kept = quantize_int8(outlier_onnx, calibration.inputs(), cpu, exclude=[OUTLIER_PRODUCER])
+    model = onnx.load_from_string(kept)
+    node = next(node for node in model.graph.node if node.name == OUTLIER_PRODUCER)
+    assert node.input[1] in {init.name for init in model.graph.initializer}  # float weights
+    plan = mixed_precision_int8(
+        outlier_onnx, calibration, cpu, QUANTIZATION_BUDGETS, perception_spec()
+    )
+    assert plan.plan.passed and set(plan.plan.fp32_nodes) <= {n.name for n in model.graph.node}
