@@ -23,10 +23,11 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/aiinfra demo
 
+# --durations: every CI log names the slowest tests (the suite's time budget is 25 min).
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 # Skips the slow end-to-end tests (CI runs everything).
 test-fast: install

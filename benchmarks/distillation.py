@@ -15,7 +15,7 @@ Each is scored per slice on the benchmark (``evaluation.predict.slice_metrics``)
 = the lowest occupancy accuracy among slices with at least ``--min-slice-frames`` frames.
 
     .venv/bin/python benchmarks/distillation.py [--json] [--seeds 3] [--epochs 10]
-        [--param weight=0.7] [--teacher-param width=48]
+        [--param weight=0.7] [--teacher-param width=48] [--student-param width=32]
 """
 
 from __future__ import annotations
@@ -80,9 +80,13 @@ def configs(
     teacher_epochs: int | None,
     distillation: dict[str, Any],
     teacher_model: dict[str, Any],
+    student_model: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The recipe of each arm: ``training.yaml`` with the benchmark's overrides."""
-    student = load_training_config({"max_epochs": epochs, "distillation": distillation})
+    student = load_training_config(
+        {"max_epochs": epochs, "distillation": distillation}
+        | ({"model": student_model} if student_model else {})
+    )
     teacher_extra: dict[str, Any] = {"model": teacher_model} if teacher_model else {}
     teacher = load_training_config(
         {
@@ -192,13 +196,24 @@ def main() -> None:
         help="teacher model key (training.yaml teacher.model)",
     )
     parser.add_argument(
+        "--student-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="student model key (training.yaml model), e.g. width=32: a student sized to the car",
+    )
+    parser.add_argument(
         "--cache", type=Path, default=Path(tempfile.gettempdir()) / "aiinfra-selection-bench"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--details", type=Path, help="also write per-seed details (JSON) here")
     args = parser.parse_args()
     recipes = configs(
-        args.epochs, args.teacher_epochs, _pairs(args.param), _pairs(args.teacher_param)
+        args.epochs,
+        args.teacher_epochs,
+        _pairs(args.param),
+        _pairs(args.teacher_param),
+        _pairs(args.student_param),
     )
     started = time.monotonic()
     per_seed = [
