@@ -95,8 +95,9 @@ def _preprocess(fp32_path: Path) -> None:
     Why: the mirror pass runs the same weights twice, and the exporter feeds the second use
     through ``Identity`` nodes the quantizer cannot treat as constant weights, so those Conv/Gemm
     stay float between Q/DQ pairs and INT8 only adds work. Optimized, every weight is an
-    initializer again and onnxruntime fuses each quantized Conv/Gemm into one integer kernel.
-    Node names survive, so a fallback plan names the same nodes either way.
+    initializer again, and with U8S8 onnxruntime fuses every quantized Conv/Gemm into one
+    integer kernel (deployment.yaml ``targets.cpu-ci``). Node names survive, so a fallback plan
+    names the same nodes either way.
     """
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
