@@ -8,8 +8,9 @@ While the training run is in flight the test kills the daemon (SIGKILL, a crash)
 restarts it as a deployment would, and no work may be lost, no run launched twice.
 Cycle 2: the cars in the canary cohort drive with the new engine (their logs say so), the
 rollout decides on their fresh telemetry, and a second candidate trains on cycle 1's mined
-badcases plus the new logs; certified, it supersedes v1's rollout (it was gated against v1)
-and the closing drive's telemetry judges its canary. ``summary.json`` records both cycles.
+badcases plus the new logs; certified, it supersedes v1's rollout (it was gated against v1),
+or, where the canary's telemetry rolled v1 back first, starts a rollout of its own; the
+closing drive's telemetry judges its canary. ``summary.json`` records both cycles.
 
 The learning outcome, by the production gates (the demo's overlays size rollout cohorts and
 sensor intervals only — checked below; the test lifts only the wall-clock budgets, see
@@ -282,13 +283,21 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     current = lake.get_json(MAIN_BRANCH, "release/rollout/current.json")["model_version"]
     assert closing["model_version"] == current
     if second["certified"]:
-        # v2 was gated against v1, the release rolling out: it took the fleet over.
         assert current == "2", current
         v1 = lake.get_json(MAIN_BRANCH, "release/rollout/1.json")
-        assert v1["status"] == "superseded" and v1["superseded_by"] == "2", v1["history"][-1]
         v2 = lake.get_json(MAIN_BRANCH, "release/rollout/2.json")
         assert [e["event"] for e in v2["history"]][:2] == ["shadow", "stage_started"]
-        assert v2["supersedes"] == "1"
+        if v1["status"] == "rolled_back":
+            # The canary's telemetry rolled v1 back before v2 was certified (the verdict above,
+            # a breach beyond its budget; seed 7 since the U8S8 engine: 7 collisions in 2,187
+            # canary frames): nothing was rolling out, so v2 starts its own rollout, superseding
+            # nothing, and v1 stays rolled back.
+            assert v1["history"][-1]["event"] == "rolled_back", v1["history"][-1]
+            assert v1.get("superseded_by") is None and v2.get("supersedes") is None, v2
+        else:
+            # v2 was gated against v1, the release rolling out: it took the fleet over.
+            assert v1["status"] == "superseded" and v1["superseded_by"] == "2", v1["history"][-1]
+            assert v2["supersedes"] == "1"
         assert second["rollout"] == closing["rollout"]
     else:
         # Refused by a named gate (seed 7 has seen both: a regressed fix within the simulation's
