@@ -65,7 +65,7 @@ def onnx_model(
 ) -> dict[str, Any]:
     """The published candidate as ONNX (dynamic batch), checked and equal to PyTorch on real
     frames, logged to its MLflow run and hashed on its model version."""
-    from aiinfra_pipelines.training.resources import load_registered_network as load_network
+    from aiinfra_pipelines.training.resources import load_registered_network
 
     from .export import export_checked_onnx
     from .registry import log_onnx
@@ -75,7 +75,7 @@ def onnx_model(
     lineage = candidate.to_dict()
     settings = DeploymentSettings.load()
     calibration = labelled_frames(calibration_frames(lake, candidate.dataset_version))
-    network = load_network(candidate.model_uri, mlflow_tracking.uri())
+    network = load_registered_network(candidate.model_uri, mlflow_tracking.uri())
     exported = export_checked_onnx(
         network,
         calibration.spread(settings.parity_frames).inputs(),

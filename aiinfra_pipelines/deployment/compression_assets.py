@@ -54,7 +54,7 @@ def compression_report_asset(
     """Teacher FP32, student FP32, pruned, PTQ INT8, QAT INT8 and FP16 of the candidate, per
     slice on the benchmark and timed on the environment's target; the smallest one that
     holds every slice budget is the report's choice."""
-    from aiinfra_pipelines.training.resources import load_registered_network as load_network
+    from aiinfra_pipelines.training.resources import load_registered_network
     from aiinfra_pipelines.training.training_run import environment_training_overrides
 
     from .compressed_models import CandidateGraphs, compressed_variants
@@ -67,10 +67,10 @@ def compression_report_asset(
     target = environment_target(settings)
     spec = perception_spec()
     uri = mlflow_tracking.uri()
-    student = load_network(candidate.model_uri, uri)
-    teacher = (
-        load_network(teacher_model["model_uri"], uri) if teacher_model.get("trained") else None
-    )
+    student = load_registered_network(candidate.model_uri, uri)
+    teacher = None
+    if teacher_model.get("trained"):
+        teacher = load_registered_network(teacher_model["model_uri"], uri)
     engines = quantized_engine["engines"]
     graphs = CandidateGraphs(
         fp32=read_staged(lake, onnx_model["onnx"]),

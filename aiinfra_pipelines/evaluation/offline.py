@@ -21,8 +21,7 @@ from aiinfra_pipelines.datasets.loading import load_frames
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH, training_rows_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.release.reference import reference_release
-from aiinfra_pipelines.training.resources import load_registered_network as load_model
-from aiinfra_pipelines.training.resources import mlflow_tracking_uri
+from aiinfra_pipelines.training.resources import load_registered_network, mlflow_tracking_uri
 
 from .baselines import fit_baselines, score_baselines
 from .compare import Comparison, compare_with_production
@@ -102,10 +101,11 @@ def evaluate_offline(
 ) -> OfflineEvaluation:
     """The candidate vs the reference release (the one rolling out, else production)."""
     manifest, frames = benchmark_frames(lake)
-    candidate = slice_metrics(load_model(trained_model["model_uri"], tracking_uri), frames)
+    network = load_registered_network(trained_model["model_uri"], tracking_uri)
+    candidate = slice_metrics(network, frames)
     reference = reference_release(lake, excluding=trained_model["model_version"])
     production = (
-        slice_metrics(load_model(reference["model_uri"], tracking_uri), frames)
+        slice_metrics(load_registered_network(reference["model_uri"], tracking_uri), frames)
         if reference and reference.get("model_uri")
         else None
     )

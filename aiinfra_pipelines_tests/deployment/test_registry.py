@@ -8,8 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from aiinfra_pipelines.deployment.registry import log_onnx, version_tags
-from aiinfra_pipelines.training.resources import load_registered_network as load_network
-from aiinfra_pipelines.training.resources import mlflow_tracking_uri
+from aiinfra_pipelines.training.resources import load_registered_network, mlflow_tracking_uri
 from aiinfra_pipelines.training.tracking import register_model_version
 
 
@@ -59,5 +58,5 @@ def test_the_onnx_is_logged_beside_the_model_and_hashed_on_its_version(logged_ru
     client = MlflowClient(tracking_uri=uri)
     assert [a.path for a in client.list_artifacts(run_id, "onnx")] == ["onnx/fp32.onnx"]
     assert version_tags(uri, "perception", version.version)["onnx_sha256"] == exported.sha256
-    network = load_network(model_uri, uri)
+    network = load_registered_network(model_uri, uri)
     assert type(network).__name__ == "PerceptionNet"
