@@ -136,9 +136,11 @@ def engine_parity(
     quantized_engine: dict[str, Any],
 ) -> dict[str, Any]:
     """Per-slice metrics of the FP16 and INT8 engines vs FP32 on the benchmark set, with a
-    layer-wise comparison for debugging; the report is staged for the parity check."""
+    layer-wise comparison for debugging, and the engine to ship: the smallest the target may
+    run that holds every slice budget. The report is staged for the parity check."""
     version = same_candidate(onnx_model, quantized_engine)
     settings = DeploymentSettings.load()
+    target = environment_target(settings)
     engines = engine_bytes(lake, onnx_model, quantized_engine)
     frames, benchmark_version = benchmark_frames(lake)
     report, comparisons = engine_parity_report(
@@ -151,7 +153,13 @@ def engine_parity(
         layerwise_frames=settings.layerwise_frames,
         flag_sqnr_db=settings.layerwise_flag_sqnr_db,
         benchmark_version=benchmark_version,
+        ship_precisions=target.ship_precisions,
     )
+    if report["ship_precision"] not in (None, target.ship_precisions[0]):
+        context.log.warning(
+            f"v{version} ships {report['ship_precision']}, not {target.ship_precisions[0]}: "
+            f"{'; '.join(_rejections(report))}"
+        )
     key = candidate_report_key(version, PARITY_GATE)
     staged = stage_objects(
         lake, context, {key: json_document(report)}, f"engine parity of v{version}"
@@ -165,8 +173,19 @@ def engine_parity(
         "model_version": version,
         "passed": report["passed"],
         "failures": report["failures"],
+        "ship_precision": report["ship_precision"],
         "report": staged[key].to_dict(),
     }
+
+
+def _rejections(report: dict[str, Any]) -> list[str]:
+    """Each smaller engine passed over, with its first breach (or why there is none)."""
+    selection = report["selection"]
+    reasons = [f"{name}: not built" for name in selection["missing"]]
+    for option in selection["options"]:
+        if not option["holds"] and option["engine"] in selection["allowed"]:
+            reasons.append(f"{option['engine']}: {option['failures'][0]}")
+    return reasons
 
 
 @dg.asset(group_name=GROUP, kinds={"onnxruntime", "tensorrt"})
@@ -175,10 +194,12 @@ def engine_benchmark(
     lake: VersionedLake,
     onnx_model: dict[str, Any],
     quantized_engine: dict[str, Any],
+    engine_parity: dict[str, Any],
 ) -> dict[str, Any]:
     """Latency p50/p95/p99 at batch 1, throughput at the serving batch and peak memory of every
-    engine on the environment's target backend; the shipped engine is gated by its profile."""
-    version = same_candidate(onnx_model, quantized_engine)
+    engine on the environment's target backend; the engine engine_parity chose to ship is gated
+    by the target's profile."""
+    version = same_candidate(onnx_model, quantized_engine, engine_parity)
     settings = DeploymentSettings.load()
     target = environment_target(settings)
     frames, _ = benchmark_frames(lake)
@@ -190,6 +211,7 @@ def engine_benchmark(
         LatencyBudget.load(target.name),
         settings,
         perception_spec(),
+        ship_precision=str(engine_parity["ship_precision"]),
     )
     key = candidate_report_key(version, BENCHMARK_GATE)
     staged = stage_objects(
@@ -201,6 +223,7 @@ def engine_benchmark(
         "passed": report["passed"],
         "failures": report["failures"],
         "target": target.name,
+        "ship_precision": report["ship_precision"],
         "report": staged[key].to_dict(),
     }
 
@@ -232,6 +255,7 @@ def _gate_result(
             "failures": dg.MetadataValue.json(output["failures"]),
             "report": output["report"]["key"],
             "model_version": str(output["model_version"]),
+            "ship_precision": str(output.get("ship_precision")),
         },
     )
 
@@ -240,7 +264,8 @@ def _gate_result(
 def engine_parity_within_budget(
     context: dg.AssetCheckExecutionContext, lake: VersionedLake, engine_parity: dict[str, Any]
 ) -> dg.AssetCheckResult:
-    """Every engine within the per-slice drop budget vs FP32 (gates.yaml deployment.parity)."""
+    """An engine the target may run holds every per-slice drop budget vs FP32 (gates.yaml
+    deployment.parity); the smallest such one is what ships."""
     return _gate_result(context, lake, "engine_parity", PARITY_CHECK, engine_parity)
 
 
@@ -248,7 +273,7 @@ def engine_parity_within_budget(
 def engine_benchmark_within_latency_budget(
     context: dg.AssetCheckExecutionContext, lake: VersionedLake, engine_benchmark: dict[str, Any]
 ) -> dg.AssetCheckResult:
-    """The shipped engine within the target profile's latency/throughput/memory budget."""
+    """The engine chosen to ship within the target profile's latency/throughput/memory budget."""
     return _gate_result(context, lake, "engine_benchmark", LATENCY_CHECK, engine_benchmark)
 
 

@@ -26,12 +26,16 @@ def build_manifest(
     engines: Mapping[str, Mapping[str, Any]],
     ship: Mapping[str, Any],
     reports: Mapping[str, Mapping[str, Any]],
+    selection: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The candidate manifest: ``engines`` by precision (fp32 is also ``onnx``), ``reports`` by
-    gate (each ``{key, sha256, passed}``), ``ship`` = the engine the target runs."""
-    missing = {"fp32", "fp16", "int8"} - set(engines)
+    gate (each ``{key, sha256, passed}``), ``ship`` = the engine the target runs and
+    ``selection`` = how engine_parity chose it (deployment.selection)."""
+    missing = {"fp32", "fp16", str(ship.get("precision"))} - set(engines)
     if missing:
-        raise ValueError(f"candidate manifest needs every engine; missing {sorted(missing)}")
+        raise ValueError(
+            f"candidate manifest needs FP32, FP16 and the shipped engine; missing {sorted(missing)}"
+        )
     failed = [gate for gate, report in reports.items() if not report.get("passed")]
     if failed:
         raise ValueError(f"refusing to write a candidate manifest with failed gates {failed}")
@@ -41,4 +45,5 @@ def build_manifest(
         "engines": {precision: dict(entry) for precision, entry in engines.items()},
         "ship": dict(ship),
         "reports": {gate: dict(report) for gate, report in reports.items()},
+        **({} if selection is None else {"selection": dict(selection)}),
     }

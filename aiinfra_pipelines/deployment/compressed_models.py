@@ -23,12 +23,12 @@ from .frames import LabelledFrames, labelled_frames
 
 @dataclass(frozen=True)
 class CandidateGraphs:
-    """What the loop already made for the candidate: its FP32, FP16 and shipped INT8 graphs."""
+    """What the loop already made for the candidate: its FP32, FP16 and INT8 graphs."""
 
     fp32: bytes
     fp16: bytes
-    int8: bytes
-    int8_path: str  # "ptq" or "qat": how quantized_engine made the INT8 engine
+    int8: bytes | None  # None: neither PTQ nor QAT held every slice (quantized_engine)
+    int8_path: str  # "ptq", "qat" or "none": how quantized_engine made the INT8 engine
 
 
 def compressed_variants(
@@ -83,12 +83,16 @@ def compressed_variants(
     )
     variants.append(CompressionVariant(PRUNED, export(pruned.network), note))
 
-    if graphs.int8_path == "qat":
-        # PTQ could not hold a slice, so quantized_engine shipped QAT's engine already.
+    if graphs.int8 is None:
+        # quantized_engine tried PTQ and then QAT; neither held, so neither is measured again.
         variants.append(CompressionVariant(PTQ, None, "PTQ could not hold every slice"))
-        variants.append(CompressionVariant(QAT, graphs.int8, "the shipped INT8 engine"))
+        variants.append(CompressionVariant(QAT, None, "QAT could not hold every slice"))
+    elif graphs.int8_path == "qat":
+        # PTQ could not hold a slice, so quantized_engine made QAT's engine already.
+        variants.append(CompressionVariant(PTQ, None, "PTQ could not hold every slice"))
+        variants.append(CompressionVariant(QAT, graphs.int8, "the loop's INT8 engine"))
     else:
-        variants.append(CompressionVariant(PTQ, graphs.int8, "the shipped INT8 engine"))
+        variants.append(CompressionVariant(PTQ, graphs.int8, "the loop's INT8 engine"))
         log("quantization-aware fine-tuning")
         variants.append(_qat_variant(student, graphs.fp32, train_frames, calibration, spec))
     variants.append(CompressionVariant(FP16, graphs.fp16, "FP16 conversion"))

@@ -22,6 +22,7 @@ from aiinfra_pipelines.perception.contract import PerceptionSpec
 from .benchmark import LatencyStats
 from .frames import LabelledFrames
 from .parity import compare_with_fp32, slice_metrics
+from .selection import EngineOption, smallest_holding
 from .settings import DeploymentSettings, DeploymentTarget
 
 # Variant names, in the report's order. The car's FP32 network is the reference of the gate.
@@ -146,15 +147,18 @@ def _rounded(value: Any) -> float | None:
 
 
 def smallest_within_budget(rows: list[dict[str, Any]]) -> str | None:
-    """The smallest car-side variant (graph bytes) that holds every gated slice, or None."""
-    holding = [
-        row
+    """The smallest car-side variant (graph bytes) that holds every gated slice, or None: the
+    rule engine_parity ships by (deployment.selection), applied to every variant measured."""
+    return smallest_holding(
+        EngineOption(
+            row["variant"],
+            row["bytes"],
+            holds=bool(row["within_budget"]),
+            tie_break=row["p99_ms_batch1"],
+        )
         for row in rows
-        if row.get("available") and row["within_budget"] and row["variant"] != TEACHER
-    ]
-    if not holding:
-        return None
-    return min(holding, key=lambda row: (row["bytes"], row["p99_ms_batch1"]))["variant"]
+        if row.get("available") and row["variant"] != TEACHER
+    )
 
 
 def variants_table(report: Mapping[str, Any]) -> pd.DataFrame:

@@ -75,8 +75,12 @@ def compression_report_asset(
     graphs = CandidateGraphs(
         fp32=read_staged(lake, onnx_model["onnx"]),
         fp16=read_staged(lake, engines["fp16"]),
-        int8=read_staged(lake, engines["int8"]),
-        int8_path=str(engines["int8"]["precision_plan"].get("path", "ptq")),
+        int8=read_staged(lake, engines["int8"]) if "int8" in engines else None,
+        int8_path=(
+            str(engines["int8"]["precision_plan"].get("path", "ptq"))
+            if "int8" in engines
+            else "none"
+        ),
     )
     train, val = dataset_split_frames(lake, onnx_model, ("train", "val"))
     calibration = labelled_frames(calibration_frames(lake, candidate.dataset_version))

@@ -44,16 +44,28 @@ def sensitivity_markdown(plan: MixedPrecisionPlan) -> str:
 
 def quantized_metadata(candidate: QuantizedCandidate) -> dict[str, Any]:
     """``quantized_engine``'s metadata: engine hashes, the fallback story and the coverage."""
+    plan = candidate.plan
     return {
         "model_version": candidate.identity.model_version,
-        "int8_sha256": candidate.int8_sha256,
+        "int8_sha256": candidate.int8_sha256 or "none: no INT8 engine holds every slice",
         "fp16_sha256": candidate.fp16.sha256,
         "int8_path": candidate.int8_path,
-        "fp32_nodes": dg.MetadataValue.json(candidate.plan.fp32_nodes),
-        "fallback_steps": dg.MetadataValue.md(fallback_steps_markdown(candidate.plan)),
-        "sensitivity": dg.MetadataValue.md(sensitivity_markdown(candidate.plan)),
         "calibration_coverage": dg.MetadataValue.json(candidate.coverage),
+        **(
+            {}
+            if plan is None
+            else {
+                "fp32_nodes": dg.MetadataValue.json(plan.fp32_nodes),
+                "fallback_steps": dg.MetadataValue.md(fallback_steps_markdown(plan)),
+                "sensitivity": dg.MetadataValue.md(sensitivity_markdown(plan)),
+            }
+        ),
         **({} if candidate.qat is None else {"qat": dg.MetadataValue.json(candidate.qat)}),
+        **(
+            {}
+            if candidate.int8_refused is None
+            else {"int8_refused": candidate.int8_refused["error"]}
+        ),
     }
 
 
@@ -81,6 +93,8 @@ def parity_metadata(
     return {
         "passed": report["passed"],
         "failures": dg.MetadataValue.json(report["failures"]),
+        "ship_precision": str(report["ship_precision"]),
+        "selection": dg.MetadataValue.json(report["selection"]),
         "benchmark_version": benchmark_version,
         "frames": frames,
         "comparison": dg.MetadataValue.md(comparison_md),
@@ -116,6 +130,7 @@ def benchmark_metadata(report: Mapping[str, Any], target: str, report_key: str) 
         "passed": report["passed"],
         "failures": dg.MetadataValue.json(report["failures"]),
         "target": target,
+        "ship_precision": str(report["ship_precision"]),
         "platform": dg.MetadataValue.json(report["platform"]),
         "latency": dg.MetadataValue.md(latency_markdown(report)),
         "ratios_to_fp32": dg.MetadataValue.json(report["ratios"]),

@@ -144,6 +144,32 @@ def manifest_engines(
     }
 
 
+def shipped_precision(engine_parity: Mapping[str, Any], engine_benchmark: Mapping[str, Any]) -> str:
+    """The precision both gates judged: engine_parity chose it, engine_benchmark timed it."""
+    chosen, timed = engine_parity.get("ship_precision"), engine_benchmark.get("ship_precision")
+    if chosen is None or chosen != timed:
+        raise ValueError(
+            f"engine_parity chose {chosen} but engine_benchmark gated {timed}: "
+            "rematerialize engine_benchmark from this engine_parity"
+        )
+    return str(chosen)
+
+
+def selection_summary(
+    lake: VersionedLake, engine_parity: Mapping[str, Any], quantized_engine: Mapping[str, Any]
+) -> dict[str, Any]:
+    """How the shipped engine was chosen (the parity report's selection), and why no INT8
+    engine exists when quantization could not make one."""
+    import json
+
+    report = json.loads(read_staged(lake, engine_parity["report"]))
+    refused = quantized_engine.get("int8_refused")
+    return {
+        **report["selection"],
+        **({} if refused is None else {"int8_refused": refused["error"]}),
+    }
+
+
 def publish_candidate(
     lake: VersionedLake,
     root_run_id: str,
@@ -163,17 +189,19 @@ def publish_candidate(
     reports = gate_reports(lake, version, offline, offline_bytes, engine_parity, engine_benchmark)
     target = environment_target(DeploymentSettings.load())
     engines = manifest_engines(onnx_model, quantized_engine)
-    shipped = engines[target.ship_precision]
+    precision = shipped_precision(engine_parity, engine_benchmark)
+    shipped = engines[precision]
     manifest = build_manifest(
         CandidateIdentity.from_dict(onnx_model).to_dict(),
         engines,
         ship={
-            "precision": target.ship_precision,
+            "precision": precision,
             "key": shipped["key"],
             "sha256": shipped["sha256"],
             "target": target.runtime_target,
         },
         reports=reports,
+        selection=selection_summary(lake, engine_parity, quantized_engine),
     )
     manifest_bytes = json_document(manifest)
     # The run branch holds the engines and gate reports the manifest names: one merge.

@@ -8,7 +8,7 @@ plan recorded beside the INT8 engine so the manifest says how it was made.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,8 @@ from .settings import (
 from .staging import calibration_frames, dataset_split_frames, read_staged, stage_objects
 
 if TYPE_CHECKING:
-    from .fallback import MixedPrecisionPlan
+    from .fallback import MixedPrecisionPlan, QuantizationBudgetError
+    from .qat import Int8Result
 
 
 @dataclass(frozen=True)
@@ -42,25 +43,30 @@ class QuantizedCandidate:
 
     identity: CandidateIdentity
     fp16: StagedObject
-    int8: StagedObject
-    int8_sha256: str
-    plan: MixedPrecisionPlan
-    precision_plan: dict[str, Any]
+    # None when neither PTQ nor QAT could hold every slice and the target may ship another
+    # precision (``int8_refused`` says why); engine_parity then chooses among the others.
+    int8: StagedObject | None
+    int8_sha256: str | None
+    plan: MixedPrecisionPlan | None
+    precision_plan: dict[str, Any] | None
     calibration_frames: int
     coverage: Any
-    # "ptq" (post-training, with sensitivity fallback) or "qat" (PTQ could not hold a slice).
+    # "ptq" (post-training, with sensitivity fallback), "qat" (PTQ could not hold a slice) or
+    # "none" (neither could).
     int8_path: str = "ptq"
     qat: dict[str, Any] | None = None
+    int8_refused: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``quantized_engine`` output as stored in the lake."""
+        engines: dict[str, Any] = {"fp16": self.fp16.to_dict()}
+        if self.int8 is not None:
+            engines["int8"] = {**self.int8.to_dict(), "precision_plan": self.precision_plan}
         return {
             **self.identity.to_dict(),
             "calibration": {"frames": self.calibration_frames, "coverage": self.coverage},
-            "engines": {
-                "fp16": self.fp16.to_dict(),
-                "int8": {**self.int8.to_dict(), "precision_plan": self.precision_plan},
-            },
+            "engines": engines,
+            **({} if self.int8_refused is None else {"int8_refused": self.int8_refused}),
         }
 
 
@@ -99,9 +105,10 @@ def quantize_candidate(
 ) -> QuantizedCandidate:
     """Quantize the staged FP32 ONNX of ``onnx_model`` and stage both engines.
 
-    Calibration frames missing a required condition, or a budget neither PTQ with fallback
-    nor QAT meets, fail here. QAT loads the registered network and its training frames only
-    when PTQ failed.
+    Calibration frames missing a required condition fail here. A budget neither PTQ with
+    fallback nor QAT meets fails here too when the target runs only INT8; when it may run
+    another precision, only the FP16 engine is staged and the refusal recorded. QAT loads the
+    registered network and its training frames only when PTQ failed.
     """
     from .qat import int8_with_qat_fallback
     from .quantize import convert_fp16
@@ -112,42 +119,82 @@ def quantize_candidate(
     fp32 = read_staged(lake, onnx_model["onnx"])
     calibration = labelled_frames(calibration_frames(lake, onnx_model["dataset_version"]))
     coverage = require_calibration_coverage(calibration.tags, CalibrationGates.load().min_share)
-    engine = int8_with_qat_fallback(
-        lambda: qat_inputs(lake, onnx_model, tracking_uri),
-        fp32,
-        calibration,
-        quantization,
-        QatSettings.load(),
-        deployment_gates()["quantization"],
-        perception_spec(),
-        opset=settings.opset,
+    engine, refused = int8_or_refusal(
+        lambda: int8_with_qat_fallback(
+            lambda: qat_inputs(lake, onnx_model, tracking_uri),
+            fp32,
+            calibration,
+            quantization,
+            QatSettings.load(),
+            deployment_gates()["quantization"],
+            perception_spec(),
+            opset=settings.opset,
+        ),
+        target,
     )
-    if engine.path == "qat":
+    if engine is not None and engine.path == "qat":
         context.log.warning(engine.summary())
+    if refused is not None:
+        context.log.warning(
+            f"no INT8 engine holds every slice, so none is staged; target {target.name} may "
+            f"ship {list(target.ship_precisions)}: {refused}"
+        )
     fp16 = convert_fp16(fp32, keep_io_types=quantization.fp16_keep_io_types)
     version = onnx_model["model_version"]
-    staged = stage_objects(
-        lake,
-        context,
-        {
-            candidate_engine_key(version, "fp16"): fp16,
-            candidate_engine_key(version, "int8"): engine.int8_onnx,
-        },
-        f"fp16 and int8 engines of model v{version}",
+    fp16_key, int8_key = (
+        candidate_engine_key(version, "fp16"),
+        candidate_engine_key(version, "int8"),
     )
-    assert engine.ptq_plan is not None  # both paths record PTQ's plan
+    objects = {fp16_key: fp16, **({} if engine is None else {int8_key: engine.int8_onnx})}
+    staged = stage_objects(
+        lake, context, objects, f"{' and '.join(sorted(objects))} of model v{version}"
+    )
+    plan = engine.ptq_plan if engine is not None else getattr(refused, "plan", None)
     return QuantizedCandidate(
         identity=CandidateIdentity.from_dict(onnx_model),
-        fp16=staged[candidate_engine_key(version, "fp16")],
-        int8=staged[candidate_engine_key(version, "int8")],
-        int8_sha256=engine.sha256,
-        plan=engine.ptq_plan,
-        precision_plan=precision_plan(engine.ptq_plan, quantization, target, engine.qat),
+        fp16=staged[fp16_key],
+        int8=staged.get(int8_key),
+        int8_sha256=None if engine is None else engine.sha256,
+        plan=plan,
+        precision_plan=(
+            None
+            if engine is None or plan is None
+            else precision_plan(plan, quantization, target, engine.qat)
+        ),
         calibration_frames=len(calibration),
         coverage=coverage,
-        int8_path=engine.path,
-        qat=engine.qat,
+        int8_path="none" if engine is None else engine.path,
+        qat=None if engine is None else engine.qat,
+        int8_refused=None if refused is None else refusal_record(refused),
     )
+
+
+def int8_or_refusal(
+    make_int8: Callable[[], Int8Result], target: DeploymentTarget
+) -> tuple[Int8Result | None, QuantizationBudgetError | None]:
+    """The INT8 engine, or — when no INT8 holds every slice and the target may ship another
+    precision — None and the budget error saying why.
+
+    A target that runs only INT8 gets the error raised: no other engine could take its place.
+    """
+    from .fallback import QuantizationBudgetError
+
+    try:
+        return make_int8(), None
+    except QuantizationBudgetError as error:
+        if set(target.ship_precisions) <= {"int8"}:
+            raise
+        return None, error
+
+
+def refusal_record(error: QuantizationBudgetError) -> dict[str, Any]:
+    """Why no INT8 engine was staged, as the output and the manifest keep it: the breach, PTQ's
+    fallback plan and, when QAT ran, its record."""
+    return {
+        "error": str(error),
+        "ptq": None if error.plan is None else error.plan.to_dict(),
+        "qat": getattr(error, "record", None),
+    }
 
 
 def qat_inputs(

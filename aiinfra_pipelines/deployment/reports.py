@@ -9,7 +9,7 @@ verdict.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -21,6 +21,7 @@ from .frames import LabelledFrames
 from .layerwise import first_divergence, layerwise_comparison
 from .memory_probe import probe_peak_memory_mb
 from .parity import EngineComparison, compare_with_fp32, slice_metrics
+from .selection import EngineOption, select_engine
 from .settings import DeploymentSettings, DeploymentTarget, LatencyBudget
 
 PARITY_GATE = "engine_parity"
@@ -49,8 +50,14 @@ def engine_parity_report(
     layerwise_frames: int,
     flag_sqnr_db: float,
     benchmark_version: str = "",
+    ship_precisions: Sequence[str] = ("int8",),
 ) -> tuple[dict[str, Any], list[EngineComparison]]:
-    """Every engine vs the FP32 engine on ``frames``, per slice, plus the layer-wise view."""
+    """Every engine vs the FP32 engine on ``frames``, per slice, plus the layer-wise view.
+
+    The gate passes when one of ``ship_precisions`` (the target's list) holds every slice: the
+    smallest such engine is ``ship_precision``, the one the candidate ships (deployment.selection).
+    An engine that breaks a budget is reported, with its failures, and not chosen.
+    """
     reference = create_engine(fp32_onnx, spec, precision="fp32").infer(frames.images)
     fp32_table = slice_metrics(frames, reference, reference, spec)
     sample = frames.spread(layerwise_frames).inputs()
@@ -75,12 +82,27 @@ def engine_parity_report(
             "flag_sqnr_db": flag_sqnr_db,
             "tensors": _records(tensors),
         }
-    failures = [failure for comparison in comparisons for failure in comparison.failures]
+    options = {
+        "fp32": EngineOption("fp32", len(fp32_onnx), holds=True),  # the reference itself
+        **{
+            comparison.engine: EngineOption(
+                comparison.engine,
+                len(engines[comparison.engine]),
+                holds=comparison.passed,
+                failures=comparison.failures,
+            )
+            for comparison in comparisons
+        },
+    }
+    choice, selection = select_engine(options, ship_precisions)
+    failures = [] if choice is not None else _refusals(options, ship_precisions)
     report = {
         "gate": PARITY_GATE,
         "model_version": str(lineage["model_version"]),
-        "passed": not failures,
+        "passed": choice is not None,
         "failures": failures,
+        "ship_precision": choice,
+        "selection": selection,
         "benchmark_version": benchmark_version,
         "frames": len(frames),
         "reference": {"precision": "fp32", "sha256": hashlib.sha256(fp32_onnx).hexdigest()},
@@ -95,6 +117,17 @@ def engine_parity_report(
         ),
     }
     return report, comparisons
+
+
+def _refusals(options: Mapping[str, EngineOption], allowed: Sequence[str]) -> list[str]:
+    """Why no engine the target may run can ship: each allowed engine's breaches, or absence."""
+    failures = []
+    for name in allowed:
+        if name not in options:
+            failures.append(f"{name}: no engine was built (quantized_engine could not make one)")
+        else:
+            failures.extend(options[name].failures)
+    return failures
 
 
 def latency_failures(stats: LatencyStats, budget: LatencyBudget) -> list[str]:
@@ -152,8 +185,10 @@ def engine_benchmark_report(
     budget: LatencyBudget,
     settings: DeploymentSettings,
     spec: PerceptionSpec,
+    ship_precision: str,
 ) -> dict[str, Any]:
-    """Latency/throughput/memory of every engine on the target's backend; the shipped one gated."""
+    """Latency/throughput/memory of every engine on the target's backend; ``ship_precision``
+    (the engine engine_parity chose) is the one gated."""
     platform = check_target_hardware(target)
     bench = settings.benchmark
     stats = {
@@ -162,9 +197,14 @@ def engine_benchmark_report(
         )
         for precision, onnx_bytes in engines.items()
     }
-    if target.ship_precision not in stats:
-        raise ValueError(f"no {target.ship_precision} engine to gate for target {target.name}")
-    shipped = stats[target.ship_precision]
+    if ship_precision not in target.ship_precisions:
+        raise ValueError(
+            f"target {target.name} does not run {ship_precision} engines "
+            f"(ship_precisions {list(target.ship_precisions)})"
+        )
+    if ship_precision not in stats:
+        raise ValueError(f"no {ship_precision} engine to gate for target {target.name}")
+    shipped = stats[ship_precision]
     failures = latency_failures(shipped, budget)
     return {
         "gate": BENCHMARK_GATE,
@@ -173,7 +213,7 @@ def engine_benchmark_report(
         "failures": failures,
         "target": target.name,
         "runtime_target": target.runtime_target,
-        "ship_precision": target.ship_precision,
+        "ship_precision": ship_precision,
         "platform": platform,
         "budget": {
             "p99_ms_batch1": budget.p99_ms_batch1,

@@ -71,7 +71,9 @@ class DeploymentTarget:
 
     name: str
     backend: str
-    ship_precision: str
+    # The precisions the target may run, in order of preference on equal size: the engine
+    # shipped is the smallest of them that holds every slice budget (deployment.selection).
+    ship_precisions: tuple[str, ...]
     runtime_target: str
     intra_op_threads: int = 0
     compute_capability: str | None = None
@@ -150,20 +152,38 @@ class LatencyBudget:
 
 def _target(section: Section) -> DeploymentTarget:
     name = section.path.rsplit(".", 1)[-1]
-    precision = section.str("ship_precision", "int8")
-    if precision not in PRECISIONS:
-        raise section.error("ship_precision", f"{precision!r} is not one of {PRECISIONS}")
     capability = section.raw("compute_capability", None)
     return DeploymentTarget(
         name=name,
         backend=section.str("backend"),
-        ship_precision=precision,
+        ship_precisions=_ship_precisions(section),
         runtime_target=section.str("runtime_target", name),
         intra_op_threads=section.int("intra_op_threads", 0),
         compute_capability=None if capability is None else str(capability),
         quantization_options=dict(section.section("quantization_options", {}).values),
         quantization=_target_quantization(section.section("quantization", {})),
     )
+
+
+def _ship_precisions(section: Section) -> tuple[str, ...]:
+    """``ship_precisions`` as a tuple; a non-empty list of distinct known precisions."""
+    if "ship_precision" in section:
+        raise section.error(
+            "ship_precision",
+            "replaced by ship_precisions, the list of precisions the target may run "
+            "(the smallest that holds every slice budget ships), e.g. [int8, fp16]",
+        )
+    raw = section.raw("ship_precisions", ["int8"])
+    if isinstance(raw, str) or not isinstance(raw, list) or not raw:
+        raise section.error(
+            "ship_precisions", f"must be a non-empty list of precisions {PRECISIONS}, not {raw!r}"
+        )
+    unknown = [value for value in raw if value not in PRECISIONS]
+    if unknown:
+        raise section.error("ship_precisions", f"{unknown} not among {PRECISIONS}")
+    if len(set(raw)) != len(raw):
+        raise section.error("ship_precisions", f"{raw} names a precision twice")
+    return tuple(str(value) for value in raw)
 
 
 def _quant_type(section: Section, key: str) -> str:

@@ -96,11 +96,14 @@ def benchmark_frames(lake: VersionedLake) -> tuple[LabelledFrames, str]:
 def engine_bytes(
     lake: VersionedLake, onnx_model: Mapping[str, Any], quantized_engine: Mapping[str, Any]
 ) -> dict[str, bytes]:
-    """The FP32, FP16 and INT8 engine files of a candidate, each hash-checked."""
+    """The FP32 engine and every engine ``quantized_engine`` staged (FP16, and INT8 unless no
+    INT8 held every slice), each hash-checked."""
     return {
         "fp32": read_staged(lake, onnx_model["onnx"]),
-        "fp16": read_staged(lake, quantized_engine["engines"]["fp16"]),
-        "int8": read_staged(lake, quantized_engine["engines"]["int8"]),
+        **{
+            precision: read_staged(lake, entry)
+            for precision, entry in quantized_engine["engines"].items()
+        },
     }
 
 

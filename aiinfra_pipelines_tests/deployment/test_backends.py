@@ -93,7 +93,7 @@ def test_only_symmetric_float_bias_qdq_graphs_go_to_tensorrt(exported, calibrati
 def test_the_environment_picks_a_target_with_a_latency_profile():
     settings = DeploymentSettings.load()
     target = environment_target(settings, {"deployment": {"target": "cpu-ci"}})
-    assert target.backend == "onnxruntime" and target.ship_precision == "int8"
+    assert target.backend == "onnxruntime" and target.ship_precisions[0] == "int8"
     assert LatencyBudget.load(target.name).p99_ms_batch1 > 0
     for name in settings.targets:
         LatencyBudget.load(name)  # every target has a profile in gates.yaml
@@ -125,6 +125,29 @@ def test_a_target_overrides_only_the_quantizer_settings_its_kernels_need():
         config = copy.deepcopy(load_resource_yaml("deployment.yaml"))
         config["quantization"]["activation_type"] = "int8"
         DeploymentSettings.load(config)
+
+
+def test_a_target_lists_the_precisions_it_may_ship_and_refuses_malformed_lists():
+    settings = DeploymentSettings.load()
+    assert settings.targets["cpu-ci"].ship_precisions == ("int8", "fp16", "fp32")
+    for name in ("gpu-ci", "orin"):  # FP32 is no car engine on TensorRT
+        assert settings.targets[name].ship_precisions == ("int8", "fp16")
+
+    def with_cpu_target(**keys) -> dict:
+        config = copy.deepcopy(load_resource_yaml("deployment.yaml"))
+        config["targets"]["cpu-ci"].update(keys)
+        return config
+
+    with pytest.raises(ValueError, match=r"cpu-ci\.ship_precision: replaced by ship_precisions"):
+        DeploymentSettings.load(with_cpu_target(ship_precision="int8"))
+    with pytest.raises(ValueError, match=r"ship_precisions: \['int4'\] not among"):
+        DeploymentSettings.load(with_cpu_target(ship_precisions=["int8", "int4"]))
+    with pytest.raises(ValueError, match=r"ship_precisions: must be a non-empty list"):
+        DeploymentSettings.load(with_cpu_target(ship_precisions="int8"))
+    with pytest.raises(ValueError, match=r"ship_precisions: must be a non-empty list"):
+        DeploymentSettings.load(with_cpu_target(ship_precisions=[]))
+    with pytest.raises(ValueError, match=r"names a precision twice"):
+        DeploymentSettings.load(with_cpu_target(ship_precisions=["int8", "int8"]))
 
 
 @requires_tensorrt

@@ -1,9 +1,11 @@
 """The deployment group through ``dg.materialize`` on a real lake state.
 
 One fleet batch is driven, ingested, mined and trained on (a short training: this tests the
-deployment, not the learning), then the deployment group runs twice: first with a parity budget
-no engine can meet (a tightened gates.yaml under ``AIINFRA_RESOURCES``), which must leave
-``main`` without the candidate, then with the project's gates, which must publish it. Slow.
+deployment, not the learning), then the deployment group runs three times: first with a parity
+budget no engine the target may run can meet (a tightened gates.yaml under
+``AIINFRA_RESOURCES``), which must leave ``main`` without the candidate; then, on a copy of that
+lake, with a budget only INT8 breaks, which must ship FP16; then with the project's gates, which
+must publish the INT8 engine. Slow.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
 def _resources_copy(target, edit) -> None:
     """A copy of resources/ with ``edit(name, mapping)`` applied to its YAML files."""
     shutil.copytree(resources_dir(), target, dirs_exist_ok=True)
-    for name in ("training.yaml", "gates.yaml"):
+    for name in ("training.yaml", "gates.yaml", "deployment.yaml"):
         path = target / name
         loaded = yaml.safe_load(path.read_text())
         edit(name, loaded)
@@ -83,6 +85,19 @@ def _zero_tolerance_parity(name: str, config: dict) -> None:
     if name == "gates.yaml":
         # Not a single metre of lead-gap difference from FP32: no reduced-precision engine can.
         config["deployment"]["parity"]["budgets"]["lead_gap_diff_m"] = 0.0
+    if name == "deployment.yaml":
+        # FP32 always holds against itself: a target that may run it would ship it. This one,
+        # like a car, runs INT8 or FP16 only, so nothing it may ship holds.
+        config["targets"]["cpu-ci"]["ship_precisions"] = ["int8", "fp16"]
+
+
+def _int8_loses_a_slice(name: str, config: dict) -> None:
+    _short_training(name, config)
+    if name == "gates.yaml":
+        # A millimetre of mean lead-gap difference: FP16 stays within it (0.4 mm on this
+        # candidate), INT8 does not (1.5 to 70 mm per slice). The quantization gate keeps its
+        # own budget, so INT8 is built and then loses the parity gate.
+        config["deployment"]["parity"]["budgets"]["lead_gap_diff_m"] = 0.001
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +108,10 @@ def deployed(tmp_path_factory):
     lake.ensure_repository()
     resources = loop_resources(lake, workdir)
     short, strict = workdir / "resources-short", workdir / "resources-strict"
+    mid = workdir / "resources-int8-loses"
     _resources_copy(short, _short_training)
     _resources_copy(strict, _zero_tolerance_parity)
+    _resources_copy(mid, _int8_loses_a_slice)
     with (
         dg.instance_for_test(temp_dir=str(workdir / "home")) as instance,
         pytest.MonkeyPatch.context() as env,
@@ -111,6 +128,11 @@ def deployed(tmp_path_factory):
         candidates_after_refusal = sorted(
             stat.key for stat in lake.list_objects(MAIN_BRANCH, prefix="candidates/")
         )
+        # The same lake state, copied: there the candidate's INT8 loses a slice and FP16 ships.
+        shutil.copytree(workdir / "lake", workdir / "lake-fp16")
+        fp16_lake = LocalLake(root=str(workdir / "lake-fp16"))
+        env.setenv("AIINFRA_RESOURCES", str(mid))
+        fp16_shipped = run_deployment(instance, loop_resources(fp16_lake, workdir))
         env.setenv("AIINFRA_RESOURCES", str(short))
         published = run_deployment(instance, resources)
         yield {
@@ -120,6 +142,8 @@ def deployed(tmp_path_factory):
             "training": training,
             "refused": refused,
             "candidates_after_refusal": candidates_after_refusal,
+            "fp16_lake": fp16_lake,
+            "fp16_shipped": fp16_shipped,
             "published": published,
             "version": _metadata(training, "trained_model")["model_version"],
         }
@@ -137,8 +161,34 @@ def test_a_parity_breach_blocks_the_publish_and_main_never_sees_the_candidate(de
     )
     failures = evaluation.metadata["failures"].value
     assert failures and all("lead_gap_diff_m" in failure for failure in failures), failures
+    assert {failure.split()[0] for failure in failures} == {"int8", "fp16"}  # each was judged
+    assert evaluation.metadata["ship_precision"].value == "None"
     assert _metadata(refused, "published_engine") == {}
     assert deployed["candidates_after_refusal"] == []
+
+
+def test_a_candidate_whose_int8_loses_a_slice_ships_fp16_behind_the_same_gates(deployed):
+    lake, version, result = deployed["fp16_lake"], deployed["version"], deployed["fp16_shipped"]
+    assert result.success and all(_checks(result).values())
+    assert _metadata(result, "engine_parity")["ship_precision"] == "fp16"
+    manifest = lake.get_json(MAIN_BRANCH, candidate_manifest_key(version))
+    assert manifest["ship"] == {
+        "precision": "fp16",
+        "key": f"candidates/{version}/fp16.onnx",
+        "sha256": manifest["engines"]["fp16"]["sha256"],
+        "target": "cpu-onnxruntime",
+    }
+    options = {option["engine"]: option for option in manifest["selection"]["options"]}
+    assert options["int8"]["bytes"] < options["fp16"]["bytes"]  # INT8 would have shipped
+    assert options["int8"]["holds"] is False and options["int8"]["failures"]
+    assert all("lead_gap_diff_m" in failure for failure in options["int8"]["failures"])
+    assert options["fp16"]["holds"] is True and manifest["selection"]["choice"] == "fp16"
+    assert "int8" in manifest["engines"]  # built and kept beside the others, not shipped
+    bench = lake.get_json(MAIN_BRANCH, manifest["reports"]["engine_benchmark"]["key"])
+    assert bench["ship_precision"] == "fp16" and bench["passed"] is True
+    parity = lake.get_json(MAIN_BRANCH, manifest["reports"]["engine_parity"]["key"])
+    assert parity["passed"] is True and parity["failures"] == []
+    assert parity["engines"]["int8"]["failures"] == options["int8"]["failures"]
 
 
 def test_the_published_candidate_is_on_main_as_docs_loop_specifies(deployed):
@@ -166,6 +216,10 @@ def test_the_published_candidate_is_on_main_as_docs_loop_specifies(deployed):
         "sha256": manifest["engines"]["int8"]["sha256"],
         "target": "cpu-onnxruntime",
     }
+    # INT8 is the smallest engine and holds every slice: engine_parity chose it.
+    assert manifest["selection"]["choice"] == "int8"
+    assert manifest["selection"]["allowed"] == ["int8", "fp16", "fp32"]
+    assert {o["engine"]: o["holds"] for o in manifest["selection"]["options"]}["int8"] is True
     plan = manifest["engines"]["int8"]["precision_plan"]
     assert plan["path"] == "ptq" and "qat" not in plan  # PTQ held: QAT never ran
     assert plan["passed"] and plan["steps"][-1]["passed"]
@@ -192,6 +246,7 @@ def test_reports_hold_the_numbers_behind_the_verdicts(deployed):
     bench = lake.get_json(MAIN_BRANCH, f"candidates/{version}/reports/engine_benchmark.json")
     assert bench["target"] == "cpu-ci" and bench["platform"]["backend"] == "onnxruntime"
     assert bench["passed"] is True and bench["failures"] == []
+    assert bench["ship_precision"] == parity["ship_precision"] == "int8"
     assert bench["budget"] == {**UNTIMED_LATENCY_BUDGET, "max_peak_memory_mb": 512.0}
     for precision in ("fp32", "fp16", "int8"):
         stats = bench["engines"][precision]
@@ -297,7 +352,7 @@ def test_the_compression_report_measures_every_variant_of_the_published_candidat
         assert rows[name]["available"] and rows[name]["p99_ms_batch1"] > 0, name
     assert rows["student_fp32"]["within_budget"]
     assert "stopped by" in rows["pruned_fp32"]["note"]
-    assert rows["ptq_int8"]["note"] == "the shipped INT8 engine"
+    assert rows["ptq_int8"]["note"] == "the loop's INT8 engine"
     assert report["choice"] in {name for name, row in rows.items() if row.get("within_budget")}
     chosen = rows[report["choice"]]
     assert all(

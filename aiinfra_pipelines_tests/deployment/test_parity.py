@@ -123,7 +123,57 @@ def test_the_parity_report_carries_verdict_tables_and_layerwise_view(
         benchmark_version="benchmark-v0001",
     )
     assert report["model_version"] == "7" and report["gate"] == "engine_parity"
-    assert report["passed"] == all(c.passed for c in comparisons)
+    # The healthy model's INT8 holds every slice, and it is the smallest engine: it ships.
+    assert all(c.passed for c in comparisons) and report["passed"] and not report["failures"]
+    assert report["ship_precision"] == "int8" and report["selection"]["choice"] == "int8"
     assert set(report["engines"]) == set(report["layerwise"]) == {"fp16", "int8"}
     assert report["layerwise"]["int8"]["frames"] == 8 and report["layerwise"]["int8"]["tensors"]
     assert report["frames"] == len(held_out)
+
+
+def test_the_smallest_engine_that_holds_every_slice_ships_and_none_holding_refuses(
+    held_out, outlier_onnx, calibration, settings
+):
+    # The outlier model's plain INT8 breaks a slice (the breach test above); its FP16 does not.
+    int8 = quantize_int8(outlier_onnx, calibration.inputs(), settings.quantization)
+    fp16 = convert_fp16(outlier_onnx)
+    assert len(int8) < len(fp16) < len(outlier_onnx)
+
+    def parity(engines, ship_precisions):
+        report, _ = engine_parity_report(
+            {"model_version": "7"},
+            outlier_onnx,
+            engines,
+            held_out,
+            PARITY,
+            perception_spec(),
+            layerwise_frames=4,
+            flag_sqnr_db=20.0,
+            ship_precisions=ship_precisions,
+        )
+        return report
+
+    report = parity({"fp16": fp16, "int8": int8}, ("int8", "fp16", "fp32"))
+    assert not report["engines"]["int8"]["passed"] and report["engines"]["fp16"]["passed"]
+    assert report["passed"] and report["failures"] == [] and report["ship_precision"] == "fp16"
+    options = {option["engine"]: option for option in report["selection"]["options"]}
+    assert options["int8"]["holds"] is False
+    assert options["int8"]["failures"] == report["engines"]["int8"]["failures"]
+    assert options["fp16"] == {"engine": "fp16", "bytes": len(fp16), "holds": True, "failures": []}
+    assert options["fp32"]["holds"] is True and options["fp32"]["bytes"] == len(outlier_onnx)
+
+    # A target that runs INT8 only: nothing it may ship holds, so the gate refuses with the
+    # breaches of the engine it would have run.
+    only_int8 = parity({"fp16": fp16, "int8": int8}, ("int8",))
+    assert not only_int8["passed"] and only_int8["ship_precision"] is None
+    assert only_int8["failures"] == report["engines"]["int8"]["failures"]
+
+    # No INT8 engine at all (quantized_engine could not make one): FP16 ships, and the record
+    # names the missing engine; were FP16 not allowed either, the refusal says INT8 was not built.
+    without_int8 = parity({"fp16": fp16}, ("int8", "fp16"))
+    assert without_int8["ship_precision"] == "fp16"
+    assert without_int8["selection"]["missing"] == ["int8"]
+    refused = parity({"fp16": fp16}, ("int8",))
+    assert not refused["passed"] and refused["failures"] == [
+        "int8: no engine was built (quantized_engine could not make one)"
+    ]

@@ -23,6 +23,7 @@ from aiinfra_pipelines.deployment.qat import (
     qat_int8,
     qdq_summary,
 )
+from aiinfra_pipelines.deployment.quantized import int8_or_refusal, refusal_record
 from aiinfra_pipelines.deployment.settings import QatSettings
 from aiinfra_pipelines.perception.contract import (
     EMBEDDING_OUTPUT,
@@ -213,6 +214,20 @@ def test_a_disabled_qat_lets_the_ptq_breach_through(
             opset=settings.opset,
         )
     assert not isinstance(raised.value, QatBudgetError)
+
+    # quantized_engine's handling of that breach depends on what the target may ship.
+    def breached():
+        raise raised.value
+
+    cpu = settings.targets["cpu-ci"]  # may ship FP16 or FP32 instead
+    engine, refused = int8_or_refusal(breached, cpu)
+    assert engine is None and refused is raised.value
+    record = refusal_record(refused)
+    assert "budget" in record["error"] and record["qat"] is None
+    assert record["ptq"]["passed"] is False and record["ptq"]["steps"][-1]["failures"]
+    int8_only = dataclasses.replace(cpu, ship_precisions=("int8",))
+    with pytest.raises(QuantizationBudgetError):
+        int8_or_refusal(breached, int8_only)  # nothing could take INT8's place: the cycle fails
 
 
 def test_qat_settings_load_and_validate():
