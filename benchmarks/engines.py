@@ -60,6 +60,7 @@ import torch
 
 from aiinfra_pipelines.deployment.backends import BACKENDS, create_engine
 from aiinfra_pipelines.deployment.benchmark import measure_engine
+from aiinfra_pipelines.deployment.camera_input import with_camera_input
 from aiinfra_pipelines.deployment.export import export_checked_onnx
 from aiinfra_pipelines.deployment.fallback import QuantizationBudgetError, mixed_precision_int8
 from aiinfra_pipelines.deployment.memory_probe import probe_peak_memory_mb
@@ -67,7 +68,7 @@ from aiinfra_pipelines.deployment.parity import compare_with_fp32, slice_metrics
 from aiinfra_pipelines.deployment.quantize import convert_fp16, quantize_int8
 from aiinfra_pipelines.deployment.settings import DeploymentSettings, deployment_gates
 from aiinfra_pipelines.evaluation.slices import OVERALL
-from aiinfra_pipelines.perception.contract import images_to_input, perception_spec
+from aiinfra_pipelines.perception.contract import INPUT_NAME, images_to_input, perception_spec
 from aiinfra_pipelines.perception.network import PerceptionNet
 from aiinfra_pipelines.training.module import PerceptionModule
 from aiinfra_pipelines.training.settings import load_training_config
@@ -162,6 +163,40 @@ def _quantization_settings(settings: DeploymentSettings, overrides: str | None):
     if unknown:
         raise SystemExit(f"--quantization: unknown field(s) {unknown}; known: {sorted(known)}")
     return dataclasses.replace(cpu, **changes)
+
+
+def _fp32_with_camera_input(fp32_onnx: bytes) -> bytes:
+    """The FP32 graph taking uint8 N x H x W x 3 frames, transposed and scaled by 1/255 inside
+    the graph: what an FP32 engine with camera input would cost (not shipped by the loop)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load_from_string(fp32_onnx)
+    graph = model.graph
+    old = graph.input[0]
+    batch, channels, height, width = (
+        dim.dim_param or dim.dim_value for dim in old.type.tensor_type.shape.dim
+    )
+    normalized = f"{INPUT_NAME}_normalized"
+    for node in graph.node:
+        node.input[:] = [normalized if name == INPUT_NAME else name for name in node.input]
+    graph.initializer.append(numpy_helper.from_array(np.array(1 / 255, np.float32), "inv255"))
+    nodes = [
+        helper.make_node("Transpose", [INPUT_NAME], ["camera_nchw"], perm=[0, 3, 1, 2]),
+        helper.make_node("Cast", ["camera_nchw"], ["camera_float"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["camera_float", "inv255"], [normalized]),
+    ]
+    for position, node in enumerate(nodes):
+        graph.node.insert(position, node)
+    graph.input.remove(old)
+    graph.input.insert(
+        0,
+        helper.make_tensor_value_info(
+            INPUT_NAME, TensorProto.UINT8, [batch, height, width, channels]
+        ),
+    )
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
 
 
 def _shipped_int8(fp32_onnx, calibration, quantization, gates, spec) -> tuple[bytes, dict]:
@@ -281,9 +316,19 @@ def _slice_verdict(engines, frames, parity: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _profile(onnx_bytes: bytes, images: np.ndarray, threads: int, runs: int) -> dict[str, Any]:
-    """onnxruntime's profile at batch 1: kernel time per operator type and per node (share of
-    the total), and the operator types of the optimized graph the session really runs."""
+# The kernels quantization speeds up (float and integer forms as onnxruntime names them); all
+# else (slices, reductions, the grid head's arithmetic, layout transposes) runs in float.
+WEIGHTED_KERNELS = frozenset(
+    {"Conv", "FusedConv", "Gemm", "FusedGemm", "MatMul", "QLinearConv", "QGemm", "QLinearMatMul"}
+)
+
+
+def _profile(
+    onnx_bytes: bytes, images: np.ndarray, threads: int, runs: int, batch: int = 1
+) -> dict[str, Any]:
+    """onnxruntime's profile at ``batch``: kernel time per operator type and per node (share of
+    the total), the share spent in Conv/Gemm kernels, and the operator types of the optimized
+    graph the session really runs."""
     import onnx
     import onnxruntime as ort
 
@@ -299,9 +344,11 @@ def _profile(onnx_bytes: bytes, images: np.ndarray, threads: int, runs: int) -> 
             onnx_bytes, sess_options=options, providers=["CPUExecutionProvider"]
         )
         name = session.get_inputs()[0].name
-        batch = images_to_input(images[:1])
+        frames = np.resize(images, (batch, *images.shape[1:]))
+        camera = session.get_inputs()[0].type == "tensor(uint8)"  # deployment.camera_input
+        inputs = frames if camera else images_to_input(frames)
         for _ in range(runs):
-            session.run(None, {name: batch})
+            session.run(None, {name: inputs})
         events = json.loads(Path(session.end_profiling()).read_text())
         graph_ops = Counter(
             n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node
@@ -314,8 +361,11 @@ def _profile(onnx_bytes: bytes, images: np.ndarray, threads: int, runs: int) -> 
             by_op[op_type] += event["dur"]
             by_node[f"{event['name'].removesuffix('_kernel_time')} ({op_type})"] += event["dur"]
     total = sum(by_op.values()) or 1
+    weighted = sum(t for op, t in by_op.items() if op in WEIGHTED_KERNELS)
     return {
-        "us_per_frame": round(total / runs, 1),
+        "batch": batch,
+        "us_per_frame": round(total / runs / batch, 1),
+        "conv_gemm_share": round(weighted / total, 3),
         "top_ops": {op: round(t / total, 3) for op, t in by_op.most_common(8)},
         "top_nodes": {node: round(t / total, 3) for node, t in by_node.most_common(8)},
         "graph_ops": dict(graph_ops.most_common()),
@@ -466,12 +516,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         network, calibration.head(32).inputs(), tolerance=1e-4, opset=settings.opset
     )
     int8, plan = _shipped_int8(exported.onnx_bytes, calibration, quantization, gates, spec)
+    int8_all = quantize_int8(exported.onnx_bytes, calibration.inputs(), quantization)
+    if quantization.camera_input:  # as quantized_engine does for the target
+        camera = with_camera_input(int8, calibration.spread(settings.parity_frames).images)
+        int8, plan["int8_camera_input"] = camera.onnx_bytes, camera.to_dict()
+        int8_all = with_camera_input(int8_all, calibration.images[:32]).onnx_bytes
     engines = {
         "fp32": exported.onnx_bytes,
         "fp16": convert_fp16(exported.onnx_bytes),
         "int8": int8,
-        "int8-all": quantize_int8(exported.onnx_bytes, calibration.inputs(), quantization),
+        "int8-all": int8_all,
     }
+    if quantization.camera_input:
+        # The fair comparison for an engine that takes camera bytes: FP32 taking them too,
+        # normalized inside the graph (onnxruntime's one pass instead of numpy's).
+        engines["fp32-camera"] = _fp32_with_camera_input(exported.onnx_bytes)
     width, hidden = int(config["model"]["width"]), int(config["model"]["hidden"])
     report: dict[str, Any] = {
         "width": width,
@@ -507,17 +566,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with pd.option_context("display.width", 200, "display.max_columns", 40):
         _say(accuracy.round(4).to_string())
     report.update(_slice_verdict(engines, held_out, gates["parity"]))
+    if "fp32_camera_fps" in report:
+        report["int8_speedup_vs_fp32_camera"] = round(
+            report["int8_fps"] / report["fp32_camera_fps"], 3
+        )
+        _say(
+            f"INT8 vs an FP32 engine that also takes camera bytes: throughput "
+            f"x{report['int8_speedup_vs_fp32_camera']:.2f}"
+        )
     _say(
         f"shipped INT8: throughput x{report['int8_speedup']:.2f} FP32, worst slice drop "
         f"{report['worst_slice_drop']:.4f} ({report['worst_slice']}); parity budget "
         f"{'held' if report['int8_within_parity_budget'] else 'breached'}"
     )
     if args.profile:
+        serving = DeploymentSettings.load().benchmark.serving_batch
         for name in ("fp32", "int8"):
             report[f"{name}_profile"] = _profile(
                 engines[name], held_out.images, args.threads, args.iterations
             )
             _say(f"\n{name} profile (batch 1):", json.dumps(report[f"{name}_profile"], indent=1))
+            report[f"{name}_profile_serving"] = _profile(
+                engines[name], held_out.images, args.threads, args.rounds * 5, batch=serving
+            )
+            _say(
+                f"\n{name} profile (batch {serving}):",
+                json.dumps(report[f"{name}_profile_serving"], indent=1),
+            )
     _tensorrt(network, exported, engines, calibration, held_out, args, report)
     return report
 

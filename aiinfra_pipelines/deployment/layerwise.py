@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from aiinfra_pipelines.perception.contract import INPUT_NAME
+from aiinfra_pipelines.perception.contract import INPUT_NAME, input_to_images
 
 if TYPE_CHECKING:  # onnx loads where a comparison runs, not with the code location
     import onnx
@@ -117,6 +117,9 @@ def run_tensors(
     session = ort.InferenceSession(
         expose(onnx_bytes, tensors), sess_options=options, providers=["CPUExecutionProvider"]
     )
+    if session.get_inputs()[0].type == "tensor(uint8)":
+        # A camera-input INT8 graph (deployment.camera_input) takes the frames as bytes.
+        inputs = input_to_images(inputs)
     parts: dict[str, list[np.ndarray]] = {name: [] for name in tensors}
     for start in range(0, len(inputs), batch_size):
         values = session.run(tensors, {INPUT_NAME: inputs[start : start + batch_size]})

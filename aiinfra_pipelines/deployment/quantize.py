@@ -157,7 +157,7 @@ class QuantizationWorkspace:
             "calibrate_method": CalibrationMethod[settings.calibrate_method],
             "nodes_to_exclude": list(exclude),
             "nodes_to_quantize": list(only or []),
-            "extra_options": dict(settings.extra_options),
+            "extra_options": _extra_options(settings),
         }
         if only is not None and not only:
             raise ValueError("only=[] would quantize every node; pass None for that")
@@ -173,6 +173,19 @@ class QuantizationWorkspace:
         data = output.read_bytes()
         output.unlink()
         return data
+
+
+def _extra_options(settings: QuantizationSettings) -> dict:
+    """quantize_static's extra_options; with camera input, the input's quantization is pinned
+    to the camera's (deployment.camera_input), whatever range the calibration frames span."""
+    options = dict(settings.extra_options)
+    if settings.camera_input:
+        from .camera_input import input_quant_overrides
+
+        overrides = dict(options.get("TensorQuantOverrides", {}))
+        overrides.update(input_quant_overrides())
+        options["TensorQuantOverrides"] = overrides
+    return options
 
 
 def quantize_int8(

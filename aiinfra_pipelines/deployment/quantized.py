@@ -8,6 +8,7 @@ plan recorded beside the INT8 engine so the manifest says how it was made.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -75,16 +76,19 @@ def precision_plan(
     quantization: QuantizationSettings,
     target: DeploymentTarget,
     qat: Mapping[str, Any] | None = None,
+    camera_input: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The INT8 plan plus the quantizer settings it ran with, as the manifest records it.
 
     ``path`` says which engine shipped: ``ptq`` (the plan's mixed precision) or ``qat`` (the
-    plan is what PTQ tried; ``qat`` holds the fine-tune's record).
+    plan is what PTQ tried; ``qat`` holds the fine-tune's record). ``camera_input`` says
+    whether the engine takes the camera's bytes (deployment.camera_input) and why.
     """
     return {
         **plan.to_dict(),
         "path": "ptq" if qat is None else "qat",
         **({} if qat is None else {"qat": dict(qat)}),
+        **({} if camera_input is None else {"camera_input": dict(camera_input)}),
         "quantization": {
             "calibrate_method": quantization.calibrate_method,
             "per_channel": quantization.per_channel,
@@ -92,6 +96,7 @@ def precision_plan(
             "weight_type": quantization.weight_type,
             "extra_options": dict(quantization.extra_options),
             "preprocess": quantization.preprocess,
+            "camera_input": quantization.camera_input,
             "target": target.name,
         },
     }
@@ -110,6 +115,7 @@ def quantize_candidate(
     another precision, only the FP16 engine is staged and the refusal recorded. QAT loads the
     registered network and its training frames only when PTQ failed.
     """
+    from .camera_input import with_camera_input
     from .qat import int8_with_qat_fallback
     from .quantize import convert_fp16
 
@@ -139,13 +145,20 @@ def quantize_candidate(
             f"no INT8 engine holds every slice, so none is staged; target {target.name} may "
             f"ship {list(target.ship_precisions)}: {refused}"
         )
+    camera = None
+    if engine is not None and quantization.camera_input:
+        camera = with_camera_input(
+            engine.int8_onnx, calibration.spread(settings.parity_frames).images
+        )
+        context.log.info(f"INT8 camera input: {camera.note}")
+    int8_onnx = camera.onnx_bytes if camera is not None else getattr(engine, "int8_onnx", None)
     fp16 = convert_fp16(fp32, keep_io_types=quantization.fp16_keep_io_types)
     version = onnx_model["model_version"]
     fp16_key, int8_key = (
         candidate_engine_key(version, "fp16"),
         candidate_engine_key(version, "int8"),
     )
-    objects = {fp16_key: fp16, **({} if engine is None else {int8_key: engine.int8_onnx})}
+    objects = {fp16_key: fp16, **({} if int8_onnx is None else {int8_key: int8_onnx})}
     staged = stage_objects(
         lake, context, objects, f"{' and '.join(sorted(objects))} of model v{version}"
     )
@@ -154,12 +167,14 @@ def quantize_candidate(
         identity=CandidateIdentity.from_dict(onnx_model),
         fp16=staged[fp16_key],
         int8=staged.get(int8_key),
-        int8_sha256=None if engine is None else engine.sha256,
+        int8_sha256=None if int8_onnx is None else hashlib.sha256(int8_onnx).hexdigest(),
         plan=plan,
         precision_plan=(
             None
             if engine is None or plan is None
-            else precision_plan(plan, quantization, target, engine.qat)
+            else precision_plan(
+                plan, quantization, target, engine.qat, None if camera is None else camera.to_dict()
+            )
         ),
         calibration_frames=len(calibration),
         coverage=coverage,

@@ -28,6 +28,7 @@ TARGET_QUANTIZATION: tuple[str, ...] = (
     "weight_type",
     "per_channel",
     "preprocess",
+    "camera_input",
 )
 
 
@@ -46,6 +47,10 @@ class QuantizationSettings:
     # onnxruntime's quant_pre_process on the FP32 graph first (shared weights behind Identity
     # nodes become initializers again, so every Conv/Gemm can run as a QLinear kernel).
     preprocess: bool = False
+    # The INT8 engine takes the camera's uint8 H x W x 3 frames: its input quantization is
+    # pinned to the camera's own (scale 1/255, zero point 0, unsigned), so the float input and
+    # its QuantizeLinear are replaced by a transpose of the bytes (deployment.camera_input).
+    camera_input: bool = False
 
     def for_target(self, target: DeploymentTarget) -> QuantizationSettings:
         """These settings with the target runtime's quantization options on top."""
@@ -111,15 +116,19 @@ class DeploymentSettings:
             file.section("parity"),
             file.section("targets"),
         )
+        quantization = _quantization(file)
+        by_name = {str(name): _target(targets.section(str(name))) for name in targets.values}
+        for target in by_name.values():
+            _check_camera_input(quantization.for_target(target), target, targets)
         return cls(
             version=file.str("version", ""),
             opset=export.int("opset"),
             parity_frames=_positive(export, "parity_frames"),
-            quantization=_quantization(file),
+            quantization=quantization,
             layerwise_frames=parity.int("layerwise_frames"),
             layerwise_flag_sqnr_db=parity.float("layerwise_flag_sqnr_db"),
             benchmark=_benchmark(file),
-            targets={str(name): _target(targets.section(str(name))) for name in targets.values},
+            targets=by_name,
             tensorrt=_tensorrt(file),
         )
 
@@ -163,6 +172,21 @@ def _target(section: Section) -> DeploymentTarget:
         quantization_options=dict(section.section("quantization_options", {}).values),
         quantization=_target_quantization(section.section("quantization", {})),
     )
+
+
+def _check_camera_input(
+    quantization: QuantizationSettings, target: DeploymentTarget, targets: Section
+) -> None:
+    """Camera-byte input folds the camera's uint8 into an unsigned input quantization that
+    onnxruntime runs as is; TensorRT's explicit quantization is signed and binds float inputs."""
+    if not quantization.camera_input:
+        return
+    if target.backend != "onnxruntime" or quantization.activation_type != "QUInt8":
+        raise targets.error(
+            f"{target.name}.quantization.camera_input",
+            "needs an onnxruntime target with activation_type QUInt8 (the camera's unsigned "
+            f"bytes), not backend {target.backend} with {quantization.activation_type}",
+        )
 
 
 def _ship_precisions(section: Section) -> tuple[str, ...]:
@@ -226,6 +250,7 @@ def _quantization(config: Section) -> QuantizationSettings:
         candidate_op_types=tuple(str(op) for op in sensitivity.list("candidate_op_types")),
         extra_options=dict(quantization.section("extra_options", {}).values),
         preprocess=quantization.bool("preprocess", False),
+        camera_input=quantization.bool("camera_input", False),
     )
 
 

@@ -109,13 +109,15 @@ def _infer_raw(
 
     With ``embeddings`` the same session run also returns the embedding output.
     """
+    camera_bytes = bool(getattr(engine, "takes_camera_bytes", False))
     buffer = np.empty(
         (min(batch_size, len(images)), 3, spec.image_height, spec.image_width), dtype=np.float32
     )
     occupancy_parts, gap_parts, embedding_parts = [], [], []
     for start in range(0, len(images), batch_size):
         frames = images[start : start + batch_size]
-        batch = images_to_input_into(frames, buffer[: len(frames)])
+        # A camera-input INT8 graph takes the decoded frames as they are.
+        batch = frames if camera_bytes else images_to_input_into(frames, buffer[: len(frames)])
         if embeddings:
             occupancy, lead_gap, embedding = engine.run_raw_with_embedding(batch)
             embedding_parts.append(embedding)

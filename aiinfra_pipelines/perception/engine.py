@@ -22,6 +22,7 @@ from .contract import (
     PerceptionSpec,
     confidence_from_probabilities,
     images_to_input,
+    input_to_images,
     sigmoid,
 )
 
@@ -89,6 +90,29 @@ class OnnxRuntimeEngine:
         self.sha256 = hashlib.sha256(onnx_bytes).hexdigest()
         self._session = self._build_session()
 
+    @property
+    def takes_camera_bytes(self) -> bool:
+        """Whether the graph takes the camera's uint8 N x H x W x 3 frames (an INT8 engine
+        with camera input, deployment.camera_input) rather than float32 N x 3 x H x W."""
+        return self._session.get_inputs()[0].type == "tensor(uint8)"
+
+    def prepare(self, images: np.ndarray) -> np.ndarray:
+        """uint8 N x H x W x 3 frames → what this graph's input takes."""
+        if not self.takes_camera_bytes:
+            return images_to_input(images)
+        if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
+            raise ValueError(
+                f"expected uint8 N x H x W x 3 images, got {images.dtype} {images.shape}"
+            )
+        return np.ascontiguousarray(images)
+
+    def _feed(self, batch: np.ndarray) -> np.ndarray:
+        """``batch`` as the graph takes it: float inputs become camera bytes again (exactly)
+        for a camera-input graph, so ``run_raw`` callers holding network inputs keep working."""
+        if self.takes_camera_bytes and batch.dtype != np.uint8:
+            return input_to_images(batch)
+        return batch
+
     def _build_session(self) -> Any:
         import onnxruntime as ort
 
@@ -127,8 +151,10 @@ class OnnxRuntimeEngine:
         return {output.name for output in self._session.get_outputs()}
 
     def run_raw(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(occupancy logits, lead gap) of float32 N x 3 x H x W inputs, or of what
+        :meth:`prepare` returns (camera bytes, for a camera-input graph)."""
         occupancy, lead_gap = self._session.run(
-            [OCCUPANCY_OUTPUT, LEAD_GAP_OUTPUT], {INPUT_NAME: batch}
+            [OCCUPANCY_OUTPUT, LEAD_GAP_OUTPUT], {INPUT_NAME: self._feed(batch)}
         )
         return occupancy, lead_gap
 
@@ -143,7 +169,7 @@ class OnnxRuntimeEngine:
         if not self.has_embedding:
             return (*self.run_raw(batch), None)
         occupancy, lead_gap, embedding = self._session.run(
-            [OCCUPANCY_OUTPUT, LEAD_GAP_OUTPUT, EMBEDDING_OUTPUT], {INPUT_NAME: batch}
+            [OCCUPANCY_OUTPUT, LEAD_GAP_OUTPUT, EMBEDDING_OUTPUT], {INPUT_NAME: self._feed(batch)}
         )
         return occupancy, lead_gap, embedding.astype(np.float32, copy=False)
 
@@ -165,7 +191,7 @@ class OnnxRuntimeEngine:
             return Predictions(empty, np.zeros(0, np.float32), np.zeros(0, np.float32)), vectors
         occupancy_parts, gap_parts, embedding_parts = [], [], []
         for start in range(0, len(images), self.batch_size):
-            batch = images_to_input(images[start : start + self.batch_size])
+            batch = self.prepare(images[start : start + self.batch_size])
             if want:
                 occupancy, lead_gap, embedding = self.run_raw_with_embedding(batch)
                 embedding_parts.append(embedding)

@@ -222,6 +222,10 @@ def test_the_published_candidate_is_on_main_as_docs_loop_specifies(deployed):
     assert {o["engine"]: o["holds"] for o in manifest["selection"]["options"]}["int8"] is True
     plan = manifest["engines"]["int8"]["precision_plan"]
     assert plan["path"] == "ptq" and "qat" not in plan  # PTQ held: QAT never ran
+    # cpu-ci's INT8 takes the camera's bytes, checked bit-identical when it was rewritten.
+    assert plan["quantization"]["camera_input"] is True
+    assert plan["camera_input"]["applied"] is True
+    assert "bit-identical" in plan["camera_input"]["note"]
     assert plan["passed"] and plan["steps"][-1]["passed"]
     assert set(plan["fp32_nodes"]) <= set(plan["candidates"]) and plan["int8_nodes"]
     assert set(manifest["reports"]) == set(REPORTS)
@@ -285,6 +289,7 @@ def test_the_shipped_engine_runs_from_main_and_keeps_its_recorded_accuracy(deplo
     spec = perception_spec()
     engine = OnnxRuntimeEngine(lake.get_object(MAIN_BRANCH, manifest["ship"]["key"]), spec)
     assert engine.sha256 == manifest["ship"]["sha256"]
+    assert engine.takes_camera_bytes  # the INT8 engine reads the frames as stored
     benchmark = lake.get_json(MAIN_BRANCH, BENCHMARK_MANIFEST)
     rows = pd.read_parquet(io.BytesIO(lake.get_object(MAIN_BRANCH, benchmark["frames_key"])))
     frames = labelled_frames(load_frames(lake, rows, MAIN_BRANCH))
