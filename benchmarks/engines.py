@@ -13,7 +13,8 @@ epochs on its training logs, the held-out logs kept for accuracy):
 3. per-slice occupancy accuracy and lead-gap error of each engine on the held-out frames and
    the drop against FP32; the shipped INT8 engine judged by gates.yaml ``deployment.parity``;
 4. with ``--profile``: onnxruntime's per-operator profile of the FP32 and INT8 engines at
-   batch 1 (where the time goes; which QDQ groups the optimizer fused into QLinear* kernels);
+   batch 1 and at the serving batch (where the time goes, the Conv/Gemm share; which QDQ
+   groups the optimizer fused into QLinear* kernels);
 5. where ``tensorrt`` and a CUDA device exist: TensorRT FP32/FP16/INT8 plans (INT8 from a QDQ
    graph quantized for TensorRT: symmetric, float biases) vs PyTorch eager on the GPU.
 
@@ -29,10 +30,13 @@ script *reports* ``int8_speedup`` and ``worst_slice_drop`` against it, it does n
 ``fp32_fps``, ``int8_fps``, ``int8_speedup``, ``fp32_p99_ms``, ``int8_p99_ms`` and
 ``worst_slice_drop``. The INT8 engines are quantized as the loop quantizes for the onnxruntime
 CPU target (deployment.yaml ``quantization`` with ``targets.cpu-ci.quantization`` on top: U8S8,
-pre-processed graph); ``--quantization '{"per_channel": false}'`` overrides those fields for
-this run only, to try a recipe without changing the loop's. ``--quantization
-'{"activation_type": "QInt8", "preprocess": false}'`` measures the recipe before it: most
-Conv/Gemm then stay float between Q/DQ pairs (``--profile``'s ``graph_ops`` shows which).
+pre-processed graph, camera input); ``--quantization '{"per_channel": false}'`` overrides those
+fields for this run only, to try a recipe without changing the loop's. ``--quantization
+'{"camera_input": false}'`` measures the INT8 engine fed normalized floats;
+``'{"activation_type": "QInt8", "preprocess": false, "camera_input": false}'`` the recipe before
+that: most Conv/Gemm then stay float between Q/DQ pairs (``--profile``'s ``graph_ops`` shows
+which). With camera input the report also times ``fp32-camera``, an FP32 graph that takes the
+camera's bytes too (normalized inside the graph), and prints ``int8_speedup_vs_fp32_camera``.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from aiinfra_pipelines.deployment.camera_input import with_camera_input
 from aiinfra_pipelines.deployment.export import export_checked_onnx
 from aiinfra_pipelines.deployment.fallback import QuantizationBudgetError, mixed_precision_int8
 from aiinfra_pipelines.deployment.memory_probe import probe_peak_memory_mb
+from aiinfra_pipelines.deployment.model_cost import count_macs
 from aiinfra_pipelines.deployment.parity import compare_with_fp32, slice_metrics
 from aiinfra_pipelines.deployment.quantize import convert_fp16, quantize_int8
 from aiinfra_pipelines.deployment.settings import DeploymentSettings, deployment_gates
@@ -119,31 +124,6 @@ def _train(network: PerceptionNet, frames, config: dict[str, Any], epochs: int, 
         lead_gap_weight=float(config["loss"]["lead_gap_weight"]),
         smooth_l1_beta=float(config["loss"]["smooth_l1_beta"]),
     )
-
-
-def _macs(network: PerceptionNet, image: torch.Tensor) -> int:
-    """Multiply-accumulates of the Conv2d and Linear layers for one frame at inference (both
-    views where ``mirror_average`` runs two); other ops (pooling, the grid head's reductions)
-    are not counted."""
-    total = 0
-
-    def count(module: torch.nn.Module, _inputs: Any, output: torch.Tensor) -> None:
-        nonlocal total
-        if isinstance(module, torch.nn.Conv2d):
-            kernel = module.in_channels // module.groups * int(np.prod(module.kernel_size))
-            total += int(output[0].numel()) * kernel
-        else:
-            total += int(output[0].numel()) * module.in_features
-
-    layers = (torch.nn.Conv2d, torch.nn.Linear)
-    handles = [m.register_forward_hook(count) for m in network.modules() if isinstance(m, layers)]
-    try:
-        with torch.inference_mode():
-            network(image)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return total
 
 
 def _quantization_settings(settings: DeploymentSettings, overrides: str | None):
@@ -540,7 +520,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "batch": settings.benchmark.serving_batch,
         "rounds": args.rounds,
         "parameters": sum(p.numel() for p in network.parameters()),
-        "macs_per_frame": _macs(network, torch.from_numpy(calibration.head(1).inputs())),
+        "macs_per_frame": count_macs(network),
         **{f"{name.replace('-', '_')}_bytes": len(b) for name, b in engines.items()},
         **plan,
         "quantization": dataclasses.asdict(quantization),

@@ -68,6 +68,7 @@ def onnx_model(
     from aiinfra_pipelines.training.resources import load_registered_network
 
     from .export import export_checked_onnx
+    from .model_cost import count_macs
     from .registry import log_onnx
     from .settings import export_tolerance
 
@@ -76,6 +77,7 @@ def onnx_model(
     settings = DeploymentSettings.load()
     calibration = labelled_frames(calibration_frames(lake, candidate.dataset_version))
     network = load_registered_network(candidate.model_uri, mlflow_tracking.uri())
+    macs = count_macs(network)
     exported = export_checked_onnx(
         network,
         calibration.spread(settings.parity_frames).inputs(),
@@ -99,13 +101,19 @@ def onnx_model(
             "max_abs_error": dg.MetadataValue.json(exported.max_abs_error),
             "parity_frames": exported.parity_frames,
             "tolerance": exported.tolerance,
+            "macs_per_frame": macs,
             "mlflow_artifact": artifact,
             "lake_key": entry.key,
         }
     )
     return {
         **lineage,
-        "onnx": {**entry.to_dict(), **exported.summary(), "mlflow_artifact": artifact},
+        "onnx": {
+            **entry.to_dict(),
+            **exported.summary(),
+            "macs_per_frame": macs,
+            "mlflow_artifact": artifact,
+        },
     }
 
 
@@ -212,6 +220,7 @@ def engine_benchmark(
         settings,
         perception_spec(),
         ship_precision=str(engine_parity["ship_precision"]),
+        macs_per_frame=onnx_model["onnx"].get("macs_per_frame"),
     )
     key = candidate_report_key(version, BENCHMARK_GATE)
     staged = stage_objects(

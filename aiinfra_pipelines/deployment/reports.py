@@ -130,9 +130,22 @@ def _refusals(options: Mapping[str, EngineOption], allowed: Sequence[str]) -> li
     return failures
 
 
-def latency_failures(stats: LatencyStats, budget: LatencyBudget) -> list[str]:
-    """Why ``stats`` breaks ``budget`` (empty when it holds)."""
+def latency_failures(
+    stats: LatencyStats, budget: LatencyBudget, macs_per_frame: int | None = None
+) -> list[str]:
+    """Why ``stats`` (and the network's ``macs_per_frame``) break ``budget`` (empty: holds)."""
     failures = []
+    if budget.max_macs_per_frame is not None:
+        if macs_per_frame is None:
+            failures.append(
+                f"the network's multiply-accumulates per frame are unknown; {budget.target} "
+                f"allows {budget.max_macs_per_frame:.3g}"
+            )
+        elif macs_per_frame > budget.max_macs_per_frame:
+            failures.append(
+                f"network {macs_per_frame / 1e6:.1f} M multiply-accumulates per frame > budget "
+                f"{budget.max_macs_per_frame / 1e6:.1f} M ({budget.target})"
+            )
     if stats.p99_ms > budget.p99_ms_batch1:
         failures.append(
             f"{stats.precision} p99 latency {stats.p99_ms:.2f} ms at batch 1 > budget "
@@ -186,6 +199,7 @@ def engine_benchmark_report(
     settings: DeploymentSettings,
     spec: PerceptionSpec,
     ship_precision: str,
+    macs_per_frame: int | None = None,
 ) -> dict[str, Any]:
     """Latency/throughput/memory of every engine on the target's backend; ``ship_precision``
     (the engine engine_parity chose) is the one gated."""
@@ -205,7 +219,7 @@ def engine_benchmark_report(
     if ship_precision not in stats:
         raise ValueError(f"no {ship_precision} engine to gate for target {target.name}")
     shipped = stats[ship_precision]
-    failures = latency_failures(shipped, budget)
+    failures = latency_failures(shipped, budget, macs_per_frame)
     return {
         "gate": BENCHMARK_GATE,
         "model_version": str(lineage["model_version"]),
@@ -219,7 +233,9 @@ def engine_benchmark_report(
             "p99_ms_batch1": budget.p99_ms_batch1,
             "min_throughput_fps": budget.min_throughput_fps,
             "max_peak_memory_mb": budget.max_peak_memory_mb,
+            "max_macs_per_frame": budget.max_macs_per_frame,
         },
+        "model": {"macs_per_frame": macs_per_frame},
         "settings": {
             "iterations": bench.iterations,
             "warmup": bench.warmup,

@@ -139,6 +139,9 @@ class LatencyBudget:
     p99_ms_batch1: float
     min_throughput_fps: float
     max_peak_memory_mb: float
+    # The car's compute budget for the network, multiply-accumulates per frame
+    # (deployment.model_cost); None where the target's hardware has not been measured.
+    max_macs_per_frame: float | None = None
 
     @classmethod
     def load(cls, target: str, gates: Mapping[str, Any] | None = None) -> LatencyBudget:
@@ -156,6 +159,11 @@ class LatencyBudget:
             p99_ms_batch1=profile.float("p99_ms_batch1"),
             min_throughput_fps=profile.float("min_throughput_fps"),
             max_peak_memory_mb=profile.float("max_peak_memory_mb"),
+            max_macs_per_frame=(
+                None
+                if profile.raw("max_macs_per_frame", None) is None
+                else profile.float("max_macs_per_frame")
+            ),
         )
 
 

@@ -107,6 +107,25 @@ def test_the_latency_gate_names_every_breached_limit():
     assert "throughput 80" in failures[1] and "peak memory 128" in failures[2]
 
 
+def test_the_latency_gate_holds_the_network_to_the_cars_compute_budget():
+    budget = LatencyBudget(
+        "cpu-ci",
+        p99_ms_batch1=5.0,
+        min_throughput_fps=100.0,
+        max_peak_memory_mb=64,
+        max_macs_per_frame=20e6,
+    )
+    fast = _stats("int8", 4.0, 150.0, 32.0)
+    assert latency_failures(fast, budget, macs_per_frame=17_161_728) == []
+    (too_big,) = latency_failures(fast, budget, macs_per_frame=59_400_000)
+    assert "59.4 M multiply-accumulates per frame > budget 20.0 M (cpu-ci)" in too_big
+    (unknown,) = latency_failures(fast, budget, macs_per_frame=None)
+    assert "unknown" in unknown
+    # The project's profiles: the CPU target has a budget, targets not measured have none.
+    assert LatencyBudget.load("cpu-ci").max_macs_per_frame == 2.0e9
+    assert LatencyBudget.load("orin").max_macs_per_frame is None
+
+
 def test_ratios_compare_every_engine_with_fp32():
     ratios = ratios_to_fp32(
         {"fp32": _stats("fp32", 2, 100, 1, p50=2.0), "int8": _stats("int8", 1, 250, 1, p50=1.0)}
