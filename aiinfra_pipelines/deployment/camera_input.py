@@ -10,9 +10,9 @@ reads, which onnxruntime then folds into its own channels-last layout.
 
 Measured on the width-16 network at the serving batch (benchmarks/engines.py): the float
 conversion (in Python), the QuantizeLinear and the two input transposes were about a third of
-the INT8 engine's time; without them INT8 runs 2.2-2.7x FP32's throughput instead of 1.2-1.4x,
-with bit-identical outputs. :func:`with_camera_input` checks that identity on real frames every
-time it rewrites a graph.
+the INT8 engine's time; without them INT8 runs at about 2.1x FP32's throughput instead of
+1.2-1.4x, with bit-identical outputs. :func:`with_camera_input` checks that identity on real
+frames every time it rewrites a graph.
 """
 
 from __future__ import annotations
