@@ -73,7 +73,12 @@ from aiinfra_pipelines.deployment.parity import compare_with_fp32, slice_metrics
 from aiinfra_pipelines.deployment.quantize import convert_fp16, quantize_int8
 from aiinfra_pipelines.deployment.settings import DeploymentSettings, deployment_gates
 from aiinfra_pipelines.evaluation.slices import OVERALL
-from aiinfra_pipelines.perception.contract import INPUT_NAME, images_to_input, perception_spec
+from aiinfra_pipelines.perception.contract import (
+    INPUT_NAME,
+    images_to_input,
+    perception_spec,
+    session_takes_camera_bytes,
+)
 from aiinfra_pipelines.perception.network import PerceptionNet
 from aiinfra_pipelines.training.module import PerceptionModule
 from aiinfra_pipelines.training.settings import load_training_config
@@ -179,25 +184,35 @@ def _fp32_with_camera_input(fp32_onnx: bytes) -> bytes:
     return model.SerializeToString()
 
 
-def _shipped_int8(fp32_onnx, calibration, quantization, gates, spec) -> tuple[bytes, dict]:
-    """The fallback's mixed-precision INT8 (what the loop certifies); if the fallback cannot
-    hold the quantization budget, the engine of its last plan, marked uncertified."""
+def shipped_int8(
+    fp32_onnx, calibration, quantization, gates, spec, settings: DeploymentSettings
+) -> tuple[bytes, dict]:
+    """The INT8 engine the loop would ship for ``quantization``'s target: the fallback's mixed
+    precision, rewritten for camera input when the target takes it. If the fallback cannot
+    hold the quantization budget, the engine of its last plan, marked uncertified (the loop
+    would try QAT, then ship FP16 or FP32)."""
+    error_text = ""
     try:
         mixed = mixed_precision_int8(
             fp32_onnx, calibration, quantization, gates["quantization"], spec
         )
-        plan, certified, onnx_bytes = mixed.plan, True, mixed.int8_onnx
+        plan, onnx_bytes = mixed.plan, mixed.int8_onnx
     except QuantizationBudgetError as error:
-        plan, certified = error.plan, False
+        plan, error_text = error.plan, str(error)
         onnx_bytes = quantize_int8(
             fp32_onnx, calibration.inputs(), quantization, exclude=plan.fp32_nodes
         )
         _say(f"fallback failed the quantization budget: {error}")
-    return onnx_bytes, {
+    info: dict[str, Any] = {
         "int8_fp32_nodes": list(plan.fp32_nodes),
         "int8_fallback_steps": len(plan.steps) - 1,
-        "int8_quantization_passed": certified,
+        "int8_quantization_passed": not error_text,
+        "int8_quantization_error": error_text,
     }
+    if quantization.camera_input:  # as quantized_engine does for the target
+        camera = with_camera_input(onnx_bytes, calibration.spread(settings.parity_frames).images)
+        onnx_bytes, info["int8_camera_input"] = camera.onnx_bytes, camera.to_dict()
+    return onnx_bytes, info
 
 
 def _cpu_latency(engines, images, args, serving_batch) -> pd.DataFrame:
@@ -325,8 +340,7 @@ def _profile(
         )
         name = session.get_inputs()[0].name
         frames = np.resize(images, (batch, *images.shape[1:]))
-        camera = session.get_inputs()[0].type == "tensor(uint8)"  # deployment.camera_input
-        inputs = frames if camera else images_to_input(frames)
+        inputs = frames if session_takes_camera_bytes(session) else images_to_input(frames)
         for _ in range(runs):
             session.run(None, {name: inputs})
         events = json.loads(Path(session.end_profiling()).read_text())
@@ -495,11 +509,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     exported = export_checked_onnx(
         network, calibration.head(32).inputs(), tolerance=1e-4, opset=settings.opset
     )
-    int8, plan = _shipped_int8(exported.onnx_bytes, calibration, quantization, gates, spec)
+    int8, plan = shipped_int8(exported.onnx_bytes, calibration, quantization, gates, spec, settings)
     int8_all = quantize_int8(exported.onnx_bytes, calibration.inputs(), quantization)
-    if quantization.camera_input:  # as quantized_engine does for the target
-        camera = with_camera_input(int8, calibration.spread(settings.parity_frames).images)
-        int8, plan["int8_camera_input"] = camera.onnx_bytes, camera.to_dict()
+    if quantization.camera_input:
         int8_all = with_camera_input(int8_all, calibration.images[:32]).onnx_bytes
     engines = {
         "fp32": exported.onnx_bytes,

@@ -31,14 +31,12 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from distillation import split_benchmark, train  # same folder, run as a script
+from engines import shipped_int8
 from selection import fleet_frames, worst_and_overall
 
-from aiinfra_pipelines.deployment.camera_input import with_camera_input
 from aiinfra_pipelines.deployment.export import export_checked_onnx
-from aiinfra_pipelines.deployment.fallback import QuantizationBudgetError, mixed_precision_int8
 from aiinfra_pipelines.deployment.frames import labelled_frames
 from aiinfra_pipelines.deployment.model_cost import count_macs, count_parameters
-from aiinfra_pipelines.deployment.quantize import quantize_int8
 from aiinfra_pipelines.deployment.reports import (
     check_target_hardware,
     latency_failures,
@@ -67,24 +65,13 @@ def engine_cost(network: Any, frames: Any, target_name: str) -> dict[str, Any]:
     exported = export_checked_onnx(
         network, calibration.head(32).inputs(), tolerance=1e-4, opset=settings.opset
     )
-    quantization_failure = ""
-    try:
-        int8 = mixed_precision_int8(
-            exported.onnx_bytes,
-            calibration,
-            quantization,
-            deployment_gates()["quantization"],
-            spec,
-        ).int8_onnx
-    except QuantizationBudgetError as error:
-        # The loop would try QAT, then ship FP16/FP32; this width's INT8 is timed from the
-        # last plan and the width counted as not fitting the INT8 budget.
-        quantization_failure = f"PTQ INT8 breaches the quantization budget: {error}"
-        int8 = quantize_int8(
-            exported.onnx_bytes, calibration.inputs(), quantization, exclude=error.plan.fp32_nodes
-        )
-    if quantization.camera_input:
-        int8 = with_camera_input(int8, calibration.spread(settings.parity_frames).images).onnx_bytes
+    int8, info = shipped_int8(
+        exported.onnx_bytes, calibration, quantization, deployment_gates(), spec, settings
+    )
+    # A width whose PTQ INT8 breaches the budget is timed from the last plan and counted as
+    # not fitting the INT8 budget (the loop would try QAT, then ship FP16 or FP32).
+    error = info["int8_quantization_error"]
+    quantization_failure = f"PTQ INT8 breaches the quantization budget: {error}" if error else ""
     images = calibration.spread(settings.benchmark.frames).images
     platform = check_target_hardware(target)
     stats = measure_on_target(int8, "int8", images, platform, target, settings, spec)

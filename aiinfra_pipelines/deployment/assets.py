@@ -35,6 +35,7 @@ from .publishing import (
 )
 from .quantized import quantize_candidate
 from .reports import BENCHMARK_GATE, PARITY_GATE, engine_benchmark_report, engine_parity_report
+from .selection import rejections
 from .settings import DeploymentSettings, LatencyBudget, deployment_gates, environment_target
 from .staging import (
     GROUP,
@@ -166,7 +167,7 @@ def engine_parity(
     if report["ship_precision"] not in (None, target.ship_precisions[0]):
         context.log.warning(
             f"v{version} ships {report['ship_precision']}, not {target.ship_precisions[0]}: "
-            f"{'; '.join(_rejections(report))}"
+            f"{'; '.join(rejections(report['selection']))}"
         )
     key = candidate_report_key(version, PARITY_GATE)
     staged = stage_objects(
@@ -182,18 +183,9 @@ def engine_parity(
         "passed": report["passed"],
         "failures": report["failures"],
         "ship_precision": report["ship_precision"],
+        "selection": report["selection"],
         "report": staged[key].to_dict(),
     }
-
-
-def _rejections(report: dict[str, Any]) -> list[str]:
-    """Each smaller engine passed over, with its first breach (or why there is none)."""
-    selection = report["selection"]
-    reasons = [f"{name}: not built" for name in selection["missing"]]
-    for option in selection["options"]:
-        if not option["holds"] and option["engine"] in selection["allowed"]:
-            reasons.append(f"{option['engine']}: {option['failures'][0]}")
-    return reasons
 
 
 @dg.asset(group_name=GROUP, kinds={"onnxruntime", "tensorrt"})

@@ -72,15 +72,12 @@ def compression_report_asset(
     if teacher_model.get("trained"):
         teacher = load_registered_network(teacher_model["model_uri"], uri)
     engines = quantized_engine["engines"]
+    int8 = engines.get("int8")  # absent when neither PTQ nor QAT held every slice
     graphs = CandidateGraphs(
         fp32=read_staged(lake, onnx_model["onnx"]),
         fp16=read_staged(lake, engines["fp16"]),
-        int8=read_staged(lake, engines["int8"]) if "int8" in engines else None,
-        int8_path=(
-            str(engines["int8"]["precision_plan"].get("path", "ptq"))
-            if "int8" in engines
-            else "none"
-        ),
+        int8=None if int8 is None else read_staged(lake, int8),
+        int8_path="none" if int8 is None else str(int8["precision_plan"].get("path", "ptq")),
     )
     train, val = dataset_split_frames(lake, onnx_model, ("train", "val"))
     calibration = labelled_frames(calibration_frames(lake, candidate.dataset_version))

@@ -20,7 +20,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from aiinfra_pipelines.perception.contract import INPUT_NAME, input_to_images
+from aiinfra_pipelines.perception.contract import (
+    INPUT_NAME,
+    input_to_images,
+    session_takes_camera_bytes,
+)
 
 if TYPE_CHECKING:  # onnx loads where a comparison runs, not with the code location
     import onnx
@@ -117,7 +121,7 @@ def run_tensors(
     session = ort.InferenceSession(
         expose(onnx_bytes, tensors), sess_options=options, providers=["CPUExecutionProvider"]
     )
-    if session.get_inputs()[0].type == "tensor(uint8)":
+    if session_takes_camera_bytes(session):
         # A camera-input INT8 graph (deployment.camera_input) takes the frames as bytes.
         inputs = input_to_images(inputs)
     parts: dict[str, list[np.ndarray]] = {name: [] for name in tensors}

@@ -156,16 +156,13 @@ def shipped_precision(engine_parity: Mapping[str, Any], engine_benchmark: Mappin
 
 
 def selection_summary(
-    lake: VersionedLake, engine_parity: Mapping[str, Any], quantized_engine: Mapping[str, Any]
+    engine_parity: Mapping[str, Any], quantized_engine: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """How the shipped engine was chosen (the parity report's selection), and why no INT8
-    engine exists when quantization could not make one."""
-    import json
-
-    report = json.loads(read_staged(lake, engine_parity["report"]))
+    """How the shipped engine was chosen (engine_parity's selection), and why no INT8 engine
+    exists when quantization could not make one."""
     refused = quantized_engine.get("int8_refused")
     return {
-        **report["selection"],
+        **engine_parity["selection"],
         **({} if refused is None else {"int8_refused": refused["error"]}),
     }
 
@@ -201,7 +198,7 @@ def publish_candidate(
             "target": target.runtime_target,
         },
         reports=reports,
-        selection=selection_summary(lake, engine_parity, quantized_engine),
+        selection=selection_summary(engine_parity, quantized_engine),
     )
     manifest_bytes = json_document(manifest)
     # The run branch holds the engines and gate reports the manifest names: one merge.

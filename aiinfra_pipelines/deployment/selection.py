@@ -65,3 +65,13 @@ def select_engine(
         "options": [options[name].to_dict() for name in options],
         "choice": choice,
     }
+
+
+def rejections(selection: Mapping[str, Any]) -> list[str]:
+    """Each allowed engine passed over in a :func:`select_engine` record, with its first breach
+    (or that it was never built)."""
+    reasons = [f"{name}: not built" for name in selection["missing"]]
+    for option in selection["options"]:
+        if not option["holds"] and option["engine"] in selection["allowed"]:
+            reasons.append(f"{option['engine']}: {option['failures'][0]}")
+    return reasons

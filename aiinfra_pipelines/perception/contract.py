@@ -71,6 +71,12 @@ def images_to_input(images: np.ndarray) -> np.ndarray:
     return out
 
 
+def session_takes_camera_bytes(session: Any) -> bool:
+    """Whether an onnxruntime session's graph takes the uint8 frames as stored (an INT8 engine
+    with camera input) rather than float32 N x 3 x H x W."""
+    return session.get_inputs()[0].type == "tensor(uint8)"
+
+
 def input_to_images(inputs: np.ndarray) -> np.ndarray:
     """float32 N x 3 x H x W from :func:`images_to_input` → the uint8 N x H x W x 3 frames.
 

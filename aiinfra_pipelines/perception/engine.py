@@ -23,6 +23,7 @@ from .contract import (
     confidence_from_probabilities,
     images_to_input,
     input_to_images,
+    session_takes_camera_bytes,
     sigmoid,
 )
 
@@ -88,13 +89,18 @@ class OnnxRuntimeEngine:
         self.name = name
         self.batch_size = batch_size
         self.sha256 = hashlib.sha256(onnx_bytes).hexdigest()
+        self._start_session()
+
+    def _start_session(self) -> None:
         self._session = self._build_session()
+        # Read once per session, not per inference: it sits on the batch-1 latency path.
+        self._camera_bytes = session_takes_camera_bytes(self._session)
 
     @property
     def takes_camera_bytes(self) -> bool:
         """Whether the graph takes the camera's uint8 N x H x W x 3 frames (an INT8 engine
         with camera input, deployment.camera_input) rather than float32 N x 3 x H x W."""
-        return self._session.get_inputs()[0].type == "tensor(uint8)"
+        return self._camera_bytes
 
     def prepare(self, images: np.ndarray) -> np.ndarray:
         """uint8 N x H x W x 3 frames → what this graph's input takes."""
@@ -131,7 +137,7 @@ class OnnxRuntimeEngine:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._session = self._build_session()
+        self._start_session()
 
     @property
     def has_embedding(self) -> bool:

@@ -108,6 +108,7 @@ def _staged_candidate(lake, precisions, ship_precision, *, timed=None):
             "model_version": "7",
             "passed": True,
             "ship_precision": shipped,
+            "selection": selection,
             "report": report[key].to_dict(),
         }
         record_audit(
