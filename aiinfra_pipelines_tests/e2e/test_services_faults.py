@@ -48,6 +48,7 @@ from aiinfra_pipelines.lake.io_manager import LakeIOManager
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.lake.publish import publish_objects
 from aiinfra_pipelines.training.assets import teacher_model, trained_model
+from aiinfra_pipelines.training.checkpointing import LAST_CHECKPOINT
 from aiinfra_pipelines.training.module import VAL_LOSS
 from aiinfra_pipelines.training.resources import MlflowTracking
 from aiinfra_pipelines.training.settings import load_training_config
@@ -268,8 +269,15 @@ def _publish_training_dataset(lake: LocalLake) -> None:
     )
 
 
-def _crash_after_first_epoch(postgres: Postgres, server: MlflowServer) -> threading.Thread:
-    """Kill the server once MLflow's store holds an epoch's metrics (polled in Postgres)."""
+def _crash_after_first_epoch(
+    postgres: Postgres, server: MlflowServer, checkpoint_root: Path
+) -> threading.Thread:
+    """Kill the server once an epoch is both in MLflow's store and checkpointed on disk.
+
+    Lightning logs an epoch's metrics before its epoch-end checkpoint is written, so waiting
+    for the metrics alone races the checkpoint on a busy machine: the retry would then start
+    from scratch and the test would judge the timing, not the resume.
+    """
 
     def watch() -> None:
         deadline = time.monotonic() + WAIT_S
@@ -281,7 +289,8 @@ def _crash_after_first_epoch(postgres: Postgres, server: MlflowServer) -> thread
                     logged = cursor.fetchone()[0]
             finally:
                 connection.close()
-            if logged:
+            # last.ckpt is renamed into place whole, so its presence means a complete epoch.
+            if logged and any(checkpoint_root.rglob(LAST_CHECKPOINT)):
                 server.crash()
                 return
             time.sleep(0.1)
@@ -304,6 +313,7 @@ def test_training_fails_clearly_without_its_mlflow_server_and_a_retry_resumes(
     _publish_training_dataset(lake)
     logs, port = tmp_path / "service-logs", free_port()
     logs.mkdir()
+    checkpoint_root = tmp_path / "checkpoints"
     with (
         resources_with(tmp_path / "resources", SMALL_TRAINING),
         postgres_server() as postgres,
@@ -321,13 +331,13 @@ def test_training_fails_clearly_without_its_mlflow_server_and_a_retry_resumes(
             "mlflow_tracking": MlflowTracking(
                 tracking_uri=services.tracking_uri,
                 experiment=settings["experiment"],
-                checkpoint_root=str(tmp_path / "checkpoints"),
+                checkpoint_root=str(checkpoint_root),
                 artifact_location=settings["artifact_location"],
             ),
         }
         backend = (postgres.url(MLFLOW_DATABASE), f"s3://{BUCKET}/proxied", s3_endpoint)
         with mlflow_server(*backend, logs / "mlflow.log", port=port) as server:
-            watcher = _crash_after_first_epoch(postgres, server)
+            watcher = _crash_after_first_epoch(postgres, server, checkpoint_root)
             # teacher_model first: trained_model takes its output (no teacher trains while
             # training.yaml distillation is off, so the outage hits the car network's training).
             failed = dg.materialize(
