@@ -14,8 +14,14 @@ Lightning recipe (``training.yaml``), the same seed and epochs:
 Each is scored per slice on the benchmark (``evaluation.predict.slice_metrics``). Worst slice
 = the lowest occupancy accuracy among slices with at least ``--min-slice-frames`` frames.
 
+``--labelled-share S`` < 1 is the label budget: only a share S of the training logs (drawn per
+seed) keeps its labels. Teacher and student train on those; the distilled student also reads
+the other logs' frames without labels, learning them from the teacher's readings alone (a
+transfer set, ``train_perception_model(transfer_frames=...)``).
+
     .venv/bin/python benchmarks/distillation.py [--json] [--seeds 3] [--epochs 10]
         [--param weight=0.7] [--teacher-param width=48] [--student-param width=32]
+        [--labelled-share 0.33]
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import pandas as pd
 import torch
 
@@ -56,16 +63,30 @@ def split_benchmark(frames: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, pd.D
     return frames[~held].reset_index(drop=True), frames[held].reset_index(drop=True)
 
 
+def split_labelled(frames: pd.DataFrame, share: float, seed: int) -> tuple[pd.DataFrame, ...]:
+    """(labelled frames, frames whose labels the budget leaves out), split by log."""
+    if not 0.0 < share <= 1.0:
+        raise SystemExit(f"--labelled-share must be within (0, 1], got {share}")
+    logs = np.array(sorted(frames["log_id"].unique()))
+    np.random.default_rng(seed).shuffle(logs)
+    kept = frames["log_id"].isin(set(logs[: max(1, round(len(logs) * share))]))
+    return frames[kept].reset_index(drop=True), frames[~kept].reset_index(drop=True)
+
+
 def train(
     frames: pd.DataFrame,
     config: dict[str, Any],
     seed: int,
     teacher: torch.nn.Module | None = None,
+    transfer: pd.DataFrame | None = None,
 ) -> torch.nn.Module:
-    """``config``'s network trained with the project's recipe (distilled when ``teacher``)."""
+    """``config``'s network trained with the project's recipe (distilled when ``teacher``,
+    also on ``transfer``'s frames without labels)."""
     L.seed_everything(seed, workers=True, verbose=False)
     spec = perception_spec()
-    datamodule = PerceptionDataModule.from_config(frames, frames, config, seed=seed, spec=spec)
+    datamodule = PerceptionDataModule.from_config(
+        frames, frames, config, seed=seed, spec=spec, transfer_frames=transfer
+    )
     module = PerceptionModule.from_config(spec, config, seed)
     if teacher is not None:
         section = config["distillation"]
@@ -98,21 +119,28 @@ def configs(
 
 
 def one_seed(
-    frames: pd.DataFrame, seed: int, recipes: dict[str, dict[str, Any]], min_slice_frames: int
+    frames: pd.DataFrame,
+    seed: int,
+    recipes: dict[str, dict[str, Any]],
+    min_slice_frames: int,
+    labelled_share: float = 1.0,
 ) -> dict[str, Any]:
     """Every arm's benchmark figures for one seed's fleet."""
     started = time.monotonic()
     training, benchmark = split_benchmark(frames, seed)
+    training, unlabelled = split_labelled(training, labelled_share, seed)
     result: dict[str, Any] = {
         "seed": seed,
         "train_frames": len(training),
+        "transfer_frames": len(unlabelled),
         "benchmark_frames": len(benchmark),
     }
     networks: dict[str, torch.nn.Module] = {}
     for arm in ARMS:
         arm_started = time.monotonic()
         teacher = networks["teacher"] if arm == "distilled" else None
-        networks[arm] = train(training, recipes[arm], seed, teacher)
+        transfer = unlabelled if arm == "distilled" else None
+        networks[arm] = train(training, recipes[arm], seed, teacher, transfer)
         metrics = slice_metrics(networks[arm], benchmark)
         overall = metrics[metrics["kind"] == "overall"].iloc[0]
         result[arm] = {
@@ -186,6 +214,13 @@ def main() -> None:
     parser.add_argument("--teacher-epochs", type=int, help="default: training.yaml teacher")
     parser.add_argument("--min-slice-frames", type=int, default=10)
     parser.add_argument(
+        "--labelled-share",
+        type=float,
+        default=1.0,
+        help="share of training logs that keep labels; the distilled student reads the rest "
+        "without labels (a transfer set)",
+    )
+    parser.add_argument(
         "--param", action="append", default=[], metavar="NAME=VALUE", help="distillation key"
     )
     parser.add_argument(
@@ -222,10 +257,12 @@ def main() -> None:
             seed,
             recipes,
             args.min_slice_frames,
+            args.labelled_share,
         )
         for seed in range(args.first_seed, args.first_seed + args.seeds)
     ]
     summary = summarize(per_seed)
+    summary["labelled_share"] = args.labelled_share
     summary["seconds"] = round(time.monotonic() - started, 1)
     if args.json:
         print(json.dumps(summary, indent=2))

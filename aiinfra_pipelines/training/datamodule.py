@@ -10,6 +10,10 @@ move little data); conversion to float and augmentation happen on the training d
 Bad input fails here, before a Trainer or an MLflow run exists, with a ``ValueError`` that names
 the problem: an empty table, missing columns, frames whose size is not the camera contract's,
 truncated image payloads, and non-finite ground truth or labels.
+
+A training set may also hold a *transfer set*: frames without labels (no ground truth, or
+none anyone paid to label) that the student learns from its teacher's readings alone
+(``PerceptionModule`` with a teacher attached). Only their images are read and checked.
 """
 
 from __future__ import annotations
@@ -38,9 +42,27 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "lane_index",
     "lane_count",
 )
+# What a transfer frame (no labels) must carry: the image alone.
+IMAGE_COLUMNS: tuple[str, ...] = ("image", "image_height", "image_width")
+_LABELLED_NUMERIC_COLUMNS: tuple[str, ...] = (
+    "image_height",
+    "image_width",
+    "lane_index",
+    "lane_count",
+)
 _GROUND_TRUTH_FIELDS: tuple[str, ...] = ("x", "y", "vx", "vy", "lane_offset")
 
 Sample = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def labelled_rows(lead_gap: torch.Tensor) -> torch.Tensor:
+    """Which samples of a batch carry labels (N bools): a transfer frame's lead gap is NaN.
+
+    NaN marks "no label" because no labelled frame can hold it (``frames_to_arrays`` refuses
+    NaN labels), and because the batch keeps the (image, occupancy, lead gap) shape every hook,
+    step and checkpoint already use.
+    """
+    return torch.isfinite(lead_gap).reshape(-1)
 
 
 def _where(frames: pd.DataFrame, mask: np.ndarray, limit: int = 3) -> str:
@@ -64,24 +86,36 @@ def validate_frames(frames: pd.DataFrame, spec: PerceptionSpec, name: str = "fra
     would train as "lane free" — a wrong label, not an error — unless it is caught here.
     """
     _check_table(frames, name)
-    _check_numeric_columns(frames, name)
+    _check_numeric_columns(frames, name, _LABELLED_NUMERIC_COLUMNS)
     _check_image_sizes(frames, spec, name)
     _check_image_payloads(frames, spec, name)
     _check_ground_truth(frames, name)
 
 
-def _check_table(frames: pd.DataFrame, name: str) -> None:
+def validate_transfer_frames(
+    frames: pd.DataFrame, spec: PerceptionSpec, name: str = "transfer_frames"
+) -> None:
+    """``validate_frames`` for frames without labels: their images are all that is read."""
+    _check_table(frames, name, IMAGE_COLUMNS)
+    _check_numeric_columns(frames, name, ("image_height", "image_width"))
+    _check_image_sizes(frames, spec, name)
+    _check_image_payloads(frames, spec, name)
+
+
+def _check_table(
+    frames: pd.DataFrame, name: str, required: tuple[str, ...] = REQUIRED_COLUMNS
+) -> None:
     if not isinstance(frames, pd.DataFrame):
         raise ValueError(f"{name}: expected a pandas DataFrame, got {type(frames).__name__}")
     if len(frames) == 0:
         raise ValueError(f"{name} is empty: no frames to train or validate on")
-    missing = [column for column in REQUIRED_COLUMNS if column not in frames.columns]
+    missing = [column for column in required if column not in frames.columns]
     if missing:
         raise ValueError(f"{name}: missing required columns {missing}")
 
 
-def _check_numeric_columns(frames: pd.DataFrame, name: str) -> None:
-    for column in ("image_height", "image_width", "lane_index", "lane_count"):
+def _check_numeric_columns(frames: pd.DataFrame, name: str, columns: tuple[str, ...]) -> None:
+    for column in columns:
         values = pd.to_numeric(frames[column], errors="coerce").to_numpy(dtype=np.float64)
         bad = ~np.isfinite(values)
         if bad.any():
@@ -169,14 +203,36 @@ class PerceptionDataset(Dataset[Sample]):
     """
 
     def __init__(
-        self, frames: pd.DataFrame, spec: PerceptionSpec | None = None, name: str = "frames"
+        self,
+        frames: pd.DataFrame,
+        spec: PerceptionSpec | None = None,
+        name: str = "frames",
+        transfer: pd.DataFrame | None = None,
     ) -> None:
+        """``transfer`` (frames without labels) follows ``frames``: its samples carry zero
+        occupancy and a NaN lead gap (``labelled_rows``), targets only a teacher can fill."""
         self.spec = spec or perception_spec()
         images, occupancy, lead_gap = frames_to_arrays(frames, self.spec, name)
+        self.labelled_count = len(frames)
+        if transfer is not None and len(transfer):
+            validate_transfer_frames(transfer, self.spec, f"{name} (transfer set)")
+            unlabelled = decode_images(
+                list(transfer["image"]), self.spec.image_height, self.spec.image_width
+            )
+            images = np.concatenate([images, unlabelled])
+            occupancy = np.concatenate(
+                [occupancy, np.zeros((len(transfer), *occupancy.shape[1:]), occupancy.dtype)]
+            )
+            lead_gap = np.concatenate([lead_gap, np.full(len(transfer), np.nan, lead_gap.dtype)])
         # N x H x W x 3 → N x 3 x H x W, contiguous so a sample is one memcpy.
         self.images = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))
         self.occupancy = torch.from_numpy(occupancy)
         self.lead_gap = torch.from_numpy(lead_gap).unsqueeze(1)
+
+    @property
+    def transfer_count(self) -> int:
+        """Samples without labels (the transfer set), stored after the labelled ones."""
+        return len(self) - self.labelled_count
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -256,6 +312,8 @@ class PerceptionDataModule(L.LightningDataModule):
 
     Datasets are built (and validated) in the constructor, so bad input fails before a Trainer
     starts; under ``ddp_spawn`` they travel to the workers as compact uint8 tensors.
+    ``transfer_frames`` (frames without labels) join the training set, shuffled among the
+    labelled ones; validation stays labelled.
     """
 
     def __init__(
@@ -272,14 +330,23 @@ class PerceptionDataModule(L.LightningDataModule):
         drop_last: bool = False,
         ego_lane_balance: float = 0.0,
         near_range_m: float = 0.0,
+        transfer_frames: pd.DataFrame | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        has_transfer = transfer_frames is not None and len(transfer_frames) > 0
+        if has_transfer and ego_lane_balance > 0:
+            raise ValueError(
+                "ego_lane_balance weights frames by their labels; a transfer set has none "
+                "(set data.ego_lane_balance to 0 to train with one)"
+            )
         self.spec = spec or perception_spec()
-        self.train_dataset = PerceptionDataset(train_frames, self.spec, name="train_frames")
+        self.train_dataset = PerceptionDataset(
+            train_frames, self.spec, name="train_frames", transfer=transfer_frames
+        )
         self.val_dataset = PerceptionDataset(val_frames, self.spec, name="val_frames")
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -304,6 +371,7 @@ class PerceptionDataModule(L.LightningDataModule):
         *,
         seed: int,
         spec: PerceptionSpec | None = None,
+        transfer_frames: pd.DataFrame | None = None,
     ) -> PerceptionDataModule:
         """Build from the ``data:`` section of ``training.yaml``."""
         data = config["data"]
@@ -319,6 +387,7 @@ class PerceptionDataModule(L.LightningDataModule):
             drop_last=bool(data.get("drop_last", False)),
             ego_lane_balance=float(data.get("ego_lane_balance", 0.0)),
             near_range_m=float(config["loss"]["near_range_m"]),
+            transfer_frames=transfer_frames,
         )
 
     def _pin(self) -> bool:

@@ -21,6 +21,7 @@ from aiinfra_pipelines.perception.contract import PerceptionSpec
 from aiinfra_pipelines.perception.network import STAGES, PerceptionNet
 
 from . import metrics
+from .datamodule import labelled_rows
 from .objective import (
     brightness_jitter,
     distillation_loss,
@@ -165,6 +166,14 @@ class PerceptionModule(L.LightningModule):
     def on_fit_start(self) -> None:
         if self._distillation is not None:
             self._distillation.teacher.to(self.device)
+            return
+        dataset = getattr(self.trainer.datamodule, "train_dataset", None)
+        if getattr(dataset, "transfer_count", 0):
+            # Their NaN lead gaps would turn the label loss into NaN from the first batch.
+            raise ValueError(
+                f"the training set holds {dataset.transfer_count} frames without labels (a "
+                "transfer set) and no teacher is attached: only a teacher can give them targets"
+            )
 
     @classmethod
     def from_config(
@@ -248,12 +257,36 @@ class PerceptionModule(L.LightningModule):
         )
         return total, occupancy_loss, gap_loss, occupancy_logits, lead_gap_pred
 
-    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        total, _, _, occupancy_logits, lead_gap_pred = self._losses(batch)
-        if self._distillation is not None:
-            total = self._distillation.mix(
-                total, occupancy_logits, lead_gap_pred, batch[0], self.hparams, self.cell_weights
+    def _distilled_loss(self, batch: Batch, distillation: Distillation) -> torch.Tensor:
+        """The label loss on the batch's labelled rows mixed with the teacher's on every row.
+
+        Transfer frames (``datamodule.labelled_rows``: no labels) are learned from the teacher
+        alone; a batch of only such frames has no label term.
+        """
+        images, occupancy, lead_gap = batch
+        occupancy_logits, lead_gap_pred = self.net(images)
+        labelled = labelled_rows(lead_gap)
+        label_loss = None
+        if bool(labelled.any()):
+            label_loss, _, _ = perception_loss(
+                occupancy_logits[labelled],
+                lead_gap_pred[labelled],
+                occupancy[labelled],
+                lead_gap[labelled],
+                lead_gap_weight=self.hparams.lead_gap_weight,
+                smooth_l1_beta=self.hparams.smooth_l1_beta,
+                cell_weights=self.cell_weights,
+                pos_weight=self.hparams.pos_weight,
             )
+        return distillation.mix(
+            label_loss, occupancy_logits, lead_gap_pred, images, self.hparams, self.cell_weights
+        )
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        if self._distillation is None:
+            total = self._losses(batch)[0]
+        else:
+            total = self._distilled_loss(batch, self._distillation)
         # One epoch-mean metric only: each logged value costs ~0.5-1 ms per step in
         # Lightning's result collection, a few percent of a CPU step of this small network.
         self.log(
@@ -354,7 +387,7 @@ class Distillation:
 
     def mix(
         self,
-        label_loss: torch.Tensor,
+        label_loss: torch.Tensor | None,
         occupancy_logits: torch.Tensor,
         lead_gap_pred: torch.Tensor,
         images: torch.Tensor,
@@ -364,7 +397,8 @@ class Distillation:
         """(1 - weight) x label loss + weight x loss against the teacher on the same images.
 
         The teacher reads the augmented batch the student reads, in eval mode: with
-        ``mirror_average`` that is its two-view reading, the best it can tell.
+        ``mirror_average`` that is its two-view reading, the best it can tell. ``label_loss``
+        ``None`` (a batch of transfer frames only): the teacher's loss alone.
         """
         with torch.no_grad():
             teacher_logits, teacher_gap = self.teacher(images)
@@ -378,6 +412,8 @@ class Distillation:
             smooth_l1_beta=hparams.smooth_l1_beta,
             cell_weights=cell_weights,
         )
+        if label_loss is None:
+            return soft
         return (1.0 - self.weight) * label_loss + self.weight * soft
 
 

@@ -79,17 +79,22 @@ class TrainingResult:
     distilled_from: str = "none"
 
 
-def _frames_fingerprint(frames: pd.DataFrame) -> str:
+def _frames_fingerprint(
+    frames: pd.DataFrame,
+    columns: tuple[str, ...] = ("image", "ground_truth", "lane_index", "lane_count"),
+) -> str:
     """SHA-256 over what training reads from each frame: a resume on other data is refused."""
     digest = hashlib.sha256()
-    for column in ("image", "ground_truth", "lane_index", "lane_count"):
+    for column in columns:
         for value in frames[column]:
             digest.update(value if isinstance(value, bytes) else str(value).encode())
             digest.update(b"\x00")
     return digest.hexdigest()
 
 
-def _check_split(train_frames: pd.DataFrame, val_frames: pd.DataFrame) -> None:
+def _check_split(
+    train_frames: pd.DataFrame, val_frames: pd.DataFrame, trained_on: str = "train"
+) -> None:
     """A log in both splits leaks near-identical consecutive frames into validation."""
     if "log_id" not in train_frames or "log_id" not in val_frames:
         return
@@ -97,9 +102,25 @@ def _check_split(train_frames: pd.DataFrame, val_frames: pd.DataFrame) -> None:
     if shared:
         more = f" and {len(shared) - 3} more" if len(shared) > 3 else ""
         raise ValueError(
-            f"train and val frames share {len(shared)} log(s) ({', '.join(shared[:3])}{more}); "
-            "split by log so validation measures generalization, not memory"
+            f"{trained_on} and val frames share {len(shared)} log(s) "
+            f"({', '.join(shared[:3])}{more}); split by log so validation measures "
+            "generalization, not memory"
         )
+
+
+def _check_transfer(
+    transfer_frames: pd.DataFrame | None, val_frames: pd.DataFrame, teacher: Teacher | None
+) -> pd.DataFrame | None:
+    """The transfer set to train on (``None``: none), refused where it cannot be used."""
+    if transfer_frames is None or len(transfer_frames) == 0:
+        return None
+    if teacher is None:
+        raise ValueError(
+            f"{len(transfer_frames)} transfer frames (no labels) need a teacher to learn from: "
+            "pass teacher= and enable training.yaml distillation"
+        )
+    _check_split(transfer_frames, val_frames, trained_on="transfer")
+    return transfer_frames
 
 
 def _resolve_settings(
@@ -136,15 +157,19 @@ def _hyperparameters(
     val_frames: pd.DataFrame,
     warm_start: WarmStart | None,
     teacher: Teacher | None,
+    transfer_frames: pd.DataFrame | None,
 ) -> dict[str, str]:
     """The run's MLflow params that a resume must match: the recipe, the data it saw and the
     teacher it learned from."""
+    transfer = transfer_frames if transfer_frames is not None else pd.DataFrame({"image": []})
     return {
         **flatten_params(settings),
         "train_frames": str(len(train_frames)),
         "val_frames": str(len(val_frames)),
+        "transfer_frames": str(len(transfer)),
         "train_data_sha256": _frames_fingerprint(train_frames),
         "val_data_sha256": _frames_fingerprint(val_frames),
+        "transfer_data_sha256": _frames_fingerprint(transfer, ("image",)),
         "warm_start_from": "none" if warm_start is None else warm_start.source,
         "distilled_from": "none" if teacher is None else teacher.source,
     }
@@ -156,13 +181,14 @@ def _prepare(
     settings: Mapping[str, Any],
     warm_start: WarmStart | None,
     teacher: Teacher | None,
+    transfer_frames: pd.DataFrame | None,
 ) -> tuple[PerceptionDataModule, PerceptionModule]:
-    """Seeded datamodule and module; validates both tables before any run or file exists."""
+    """Seeded datamodule and module; validates the tables before any run or file exists."""
     seed = int(settings["seed"])
     L.seed_everything(seed, workers=True, verbose=False)
     spec = perception_spec()
     datamodule = PerceptionDataModule.from_config(
-        train_frames, val_frames, settings, seed=seed, spec=spec
+        train_frames, val_frames, settings, seed=seed, spec=spec, transfer_frames=transfer_frames
     )
     module = PerceptionModule.from_config(spec, settings, seed)
     if warm_start is not None:
@@ -232,6 +258,7 @@ def train_perception_model(
     artifact_location: str | None = None,
     warm_start: WarmStart | None = None,
     teacher: Teacher | None = None,
+    transfer_frames: pd.DataFrame | None = None,
 ) -> TrainingResult:
     """Train (or resume training) the perception network and record it in MLflow.
 
@@ -252,13 +279,20 @@ def train_perception_model(
     ``teacher`` (a larger trained network) adds ``training.yaml`` ``distillation``'s loss
     against its readings when ``distillation.enabled``; it is ignored otherwise, and recorded
     as the run's ``distilled_from`` param either way it is used.
+
+    ``transfer_frames`` (frames without labels, split from val by log) join the training set
+    and are learned from the teacher's readings alone: a transfer set, where distillation pays
+    (docs/training.md). Without a teacher they are refused.
     """
     settings, warm_start = _resolve_settings(config, max_epochs, seed, warm_start)
     if not settings["distillation"]["enabled"]:
         teacher = None
     _check_split(train_frames, val_frames)
+    transfer_frames = _check_transfer(transfer_frames, val_frames, teacher)
     with preserved_torch_determinism():
-        datamodule, module = _prepare(train_frames, val_frames, settings, warm_start, teacher)
+        datamodule, module = _prepare(
+            train_frames, val_frames, settings, warm_start, teacher, transfer_frames
+        )
         checkpoint_dir = Path(checkpoint_dir)
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         rank_zero = rank_zero_only.rank == 0
@@ -271,7 +305,7 @@ def train_perception_model(
                 artifact_location=artifact_location,
                 tags=run_tags,
                 hyperparameters=_hyperparameters(
-                    settings, train_frames, val_frames, warm_start, teacher
+                    settings, train_frames, val_frames, warm_start, teacher, transfer_frames
                 ),
                 caller_params=params,
                 resumed_from=resumed_from,
