@@ -10,20 +10,26 @@ import dagster as dg
 
 from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.io_manager import parquet_bytes
-from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH, training_rows_key
+from aiinfra_pipelines.lake.layout import (
+    DATASETS_PREFIX,
+    MAIN_BRANCH,
+    training_rows_key,
+    training_transfer_key,
+)
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import publish_objects, root_run_id_of
 from aiinfra_pipelines.mining.assets import auto_labels, mined_badcases
 
 from .benchmark import benchmark_log_ids
 from .calibration import coverage_report, select_calibration_set
-from .manifest import build_manifest, next_dataset_version
+from .manifest import add_transfer_set, build_manifest, next_dataset_version
 from .selection import (
     BENCHMARK_MANIFEST,
     TRAINING_LATEST,
     configured_training_rows,
     next_benchmark_manifest,
     published_frames,
+    transfer_rows,
 )
 from .settings import CalibrationGates, DatasetSettings
 from .split import split_by_log
@@ -93,7 +99,8 @@ def training_dataset(
 ) -> dg.MaterializeResult:
     """Base data plus the accepted badcases (all while they fit in ``datasets.yaml``
     ``selection.budget_frames``, else the budgeted selection's choice), split train/val by log,
-    tagged on ``main``.
+    tagged on ``main``. Frames label QC held back (outside the val logs) are published beside
+    it as the version's transfer set: never trained on with their labels, only through a teacher.
 
     The merge commit that publishes it is the dataset's identity; the tag ``dataset-vNNNN``
     points at it and every model trained on it records that commit.
@@ -101,22 +108,28 @@ def training_dataset(
     settings = DatasetSettings.load()
     rows, qc = configured_training_rows(lake)
     selection = qc.pop("selection")
+    held_back_rows = qc.pop("held_back_rows")
     if rows.empty:
         raise ValueError("no trainable frames: everything is benchmark or held back by label QC")
     dataset = split_by_log(rows, settings.val_fraction, settings.seed)
+    transfer = transfer_rows(held_back_rows, dataset)
     version = next_dataset_version(lake.list_tags())
+    rows_key, transfer_key = training_rows_key(version), training_transfer_key(version)
     manifest = build_manifest(
         dataset,
         source_commits=sorted(dataset["source_commit"].unique()),
         label_qc={**qc, "badcases": int(dataset["badcase"].sum())},
         version=version,
     )
-    rows_key = training_rows_key(version)
+    objects = {rows_key: parquet_bytes(dataset)}
+    if len(transfer):
+        manifest = add_transfer_set(manifest, transfer, transfer_key)
+        objects[transfer_key] = parquet_bytes(transfer)
     manifest_key = f"{DATASETS_PREFIX}training/{version}/manifest.json"
     commit = publish_objects(
         lake,
         root_run_id_of(context.run),
-        {rows_key: parquet_bytes(dataset), manifest_key: json_document(manifest)},
+        {**objects, manifest_key: json_document(manifest)},
         f"training dataset {version}",
         {"kind": "dataset", "version": version, "dagster_run_id": context.run.run_id},
     )
@@ -126,6 +139,8 @@ def training_dataset(
         "commit": commit,
         "rows_key": rows_key,
         "manifest_key": manifest_key,
+        # Frames label QC held back, learned from the teacher alone when distillation is on.
+        **({"transfer_rows_key": transfer_key} if len(transfer) else {}),
     }
     publish_objects(
         lake,
@@ -141,6 +156,7 @@ def training_dataset(
             "dataset_commit": commit,
             "frames": len(dataset),
             "badcases": int(dataset["badcase"].sum()),
+            "transfer_frames": len(transfer),
             "logs": dg.MetadataValue.json(manifest["log_counts"]),
             "label_qc": dg.MetadataValue.json(manifest["label_qc"]),
             "per_slice": dg.MetadataValue.md(counts.to_markdown(index=False)),

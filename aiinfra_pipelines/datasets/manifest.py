@@ -57,6 +57,32 @@ def build_manifest(
     }
 
 
+def add_transfer_set(
+    manifest: dict[str, Any], transfer: pd.DataFrame, rows_key: str
+) -> dict[str, Any]:
+    """``manifest`` with its transfer set (``transfer``: rows with ``log_id``, and
+    ``source_commit`` where known): count, logs and rows key under ``transfer``, and its source
+    commits joined to ``source_commits`` so retention keeps the raw data its frames came from."""
+    commits = set(manifest["source_commits"])
+    if "source_commit" in transfer.columns:
+        commits |= {str(commit) for commit in transfer["source_commit"].unique()}
+    return {
+        **manifest,
+        "source_commits": sorted(commits),
+        "transfer": {
+            "frames": len(transfer),
+            "logs": sorted(transfer[LOG_COLUMN].astype(str).unique()),
+            "rows_key": rows_key,
+        },
+    }
+
+
+def dataset_logs(manifest: Mapping[str, Any]) -> set[str]:
+    """Every log a dataset version trains on: its splits' and its transfer set's."""
+    logs = {str(log) for split in (manifest.get("logs") or {}).values() for log in split}
+    return logs | {str(log) for log in (manifest.get("transfer") or {}).get("logs", [])}
+
+
 def next_dataset_version(existing_tags: Iterable[str]) -> str:
     """The next ``dataset-vNNNN`` after the highest existing one (``dataset-v0001`` first).
 

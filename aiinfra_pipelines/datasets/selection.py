@@ -19,7 +19,9 @@ from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 
 from .benchmark import benchmark_log_ids, exclude_benchmark, freeze_benchmark
+from .manifest import dataset_logs
 from .settings import DatasetSettings, SelectionSettings, TrainingSelection
+from .split import SPLIT_COLUMN
 
 BENCHMARK_MANIFEST = f"{DATASETS_PREFIX}benchmark/manifest.json"
 TRAINING_LATEST = f"{DATASETS_PREFIX}training/latest.json"
@@ -49,8 +51,7 @@ def trained_logs(lake: VersionedLake) -> set[str]:
     latest = lake.get_json_or_none(MAIN_BRANCH, TRAINING_LATEST)
     if latest is None:
         return set()
-    manifest = lake.get_json(latest["commit"], latest["manifest_key"])
-    return {log for logs in manifest["logs"].values() for log in logs}
+    return dataset_logs(lake.get_json(latest["commit"], latest["manifest_key"]))
 
 
 def next_benchmark_manifest(
@@ -237,6 +238,9 @@ def training_rows(
 
     Every accepted badcase while they fit in ``selection.budget_frames`` (no ``selection``:
     no budget), else the budgeted selection's choice; ``qc["selection"]`` says which.
+    ``qc["held_back_rows"]`` are the reference rows of the frames label QC held back (the
+    caller pops it: rows, not a figure): their labels are never trained on, their pixels can
+    be, through a teacher (``transfer_rows``).
     """
     frames = published_frames(lake)
     for condition, values in exclude.items():
@@ -246,6 +250,7 @@ def training_rows(
         frames = exclude_benchmark(frames, benchmark)
     labels = read_asset_partitions(lake, "auto_labels", MAIN_BRANCH)
     held_back = labels.loc[labels["held_back"], FRAME_KEY] if not labels.empty else labels
+    held_back_rows = frames[_in(frames, held_back)]
     frames = frames[~_in(frames, held_back)]
     badcases = read_asset_partitions(lake, "mined_badcases", MAIN_BRANCH)
     is_badcase = _in(frames, badcases)
@@ -263,8 +268,21 @@ def training_rows(
         "frames_held_back": len(held_back),
         "mean_agreement": float(labels["agreement"].mean()) if not labels.empty else None,
         "selection": summary,
+        "held_back_rows": held_back_rows.sort_values(FRAME_KEY).reset_index(drop=True),
     }
     return rows.sort_values(FRAME_KEY).reset_index(drop=True), qc
+
+
+def transfer_rows(held_back_rows: pd.DataFrame, dataset: pd.DataFrame) -> pd.DataFrame:
+    """The dataset's transfer set: frames label QC held back, outside its val logs.
+
+    QC doubts their labels, not their pixels: a student distilled from the cloud teacher reads
+    them with the teacher's readings as targets (``train_perception_model(transfer_frames=)``),
+    the regime where distillation pays (docs/training.md). A val log's frames stay out: the
+    student would otherwise train on the logs it is validated on.
+    """
+    val_logs = set(dataset.loc[dataset[SPLIT_COLUMN] == "val", "log_id"])
+    return held_back_rows[~held_back_rows["log_id"].isin(val_logs)].reset_index(drop=True)
 
 
 def configured_training_rows(lake: VersionedLake) -> tuple[pd.DataFrame, dict]:

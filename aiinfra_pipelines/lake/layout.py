@@ -79,6 +79,12 @@ def training_rows_key(dataset_version: str) -> str:
     return f"{DATASETS_PREFIX}training/{dataset_version}/dataset.parquet"
 
 
+def training_transfer_key(dataset_version: str) -> str:
+    """The transfer set of one training dataset version: rows of frames without usable labels,
+    which a student learns from its teacher alone (``datasets.selection.transfer_rows``)."""
+    return f"{DATASETS_PREFIX}training/{dataset_version}/transfer.parquet"
+
+
 def training_manifest_key(dataset_version: str) -> str:
     """The manifest of one training dataset version (at the commit its tag points at)."""
     return f"{DATASETS_PREFIX}training/{dataset_version}/manifest.json"

@@ -72,7 +72,9 @@ def auto_labels(
 ) -> pd.DataFrame:
     """Teacher labels from simulation ground truth, with an independent second labeller's QC.
 
-    Frames whose labellers disagree beyond the threshold are ``held_back`` and never trained on.
+    Frames whose labellers disagree beyond the threshold are ``held_back``: their labels are
+    never trained on (the training dataset offers their pixels to the cloud teacher instead, as
+    its transfer set).
     """
     spec = perception_spec()
     index_by_log = _rows_by_log(scene_index)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiinfra_pipelines.datasets.benchmark import benchmark_log_ids
-from aiinfra_pipelines.datasets.manifest import DATASET_TAG_PREFIX
+from aiinfra_pipelines.datasets.manifest import DATASET_TAG_PREFIX, dataset_logs
 from aiinfra_pipelines.datasets.selection import BENCHMARK_MANIFEST
 from aiinfra_pipelines.lake.layout import (
     CANDIDATES_PREFIX,
@@ -75,7 +75,7 @@ class RawLineage:
 
 
 def _manifest_logs(manifest: dict[str, Any]) -> frozenset[str]:
-    return frozenset(str(log) for logs in (manifest.get("logs") or {}).values() for log in logs)
+    return frozenset(dataset_logs(manifest))
 
 
 def _training_manifest(

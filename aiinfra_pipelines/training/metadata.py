@@ -21,6 +21,7 @@ def trained_model_metadata(model: TrainedModel) -> dict[str, Any]:
         "epochs": model.epochs,
         "warm_start_from": model.warm_start_from,
         "distilled_from": model.distilled_from,
+        "transfer_frames": model.transfer_frames,
         "resumed_from_epoch": model.resumed_from_epoch
         if model.resumed_from_epoch is not None
         else -1,

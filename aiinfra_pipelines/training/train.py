@@ -77,6 +77,8 @@ class TrainingResult:
     warm_start_from: str = "none"
     # The teacher the student was distilled from (a Teacher's source), "none" without one.
     distilled_from: str = "none"
+    # Frames without labels learned from the teacher alone (``transfer_frames``).
+    transfer_frames: int = 0
 
 
 def _frames_fingerprint(
@@ -240,6 +242,7 @@ def _finish(
         experiment_id=run.experiment_id,
         warm_start_from="none" if warm_start is None else warm_start.source,
         distilled_from="none" if teacher is None else teacher.source,
+        transfer_frames=datamodule.train_dataset.transfer_count,
     )
 
 

@@ -62,6 +62,8 @@ class TrainedModel:
     warm_start_from: Any
     resumed_from_epoch: int | None
     distilled_from: str = "none"
+    # Frames without labels the student learned from its teacher alone (the transfer set).
+    transfer_frames: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The ``trained_model`` output as stored in the lake."""
@@ -71,6 +73,7 @@ class TrainedModel:
             "epochs": self.epochs,
             "metrics": self.metrics,
             "distilled_from": self.distilled_from,
+            "transfer_frames": self.transfer_frames,
         }
 
 
@@ -81,6 +84,14 @@ def latest_training_frames(lake: VersionedLake) -> tuple[dict[str, Any], pd.Data
         raise ValueError("no training dataset on main: materialize training_dataset first")
     rows = lake.get_parquet(pointer["commit"], pointer["rows_key"])
     return pointer, load_frames(lake, rows, pointer["commit"])
+
+
+def transfer_frames(lake: VersionedLake, pointer: dict[str, Any]) -> pd.DataFrame | None:
+    """The dataset version's transfer set (frames label QC held back), ``None`` without one."""
+    key = pointer.get("transfer_rows_key")
+    if not key:
+        return None
+    return load_frames(lake, lake.get_parquet(pointer["commit"], key), pointer["commit"])
 
 
 def train_and_register(
@@ -157,6 +168,8 @@ def _train_registered(
     from .train import train_perception_model
 
     pointer, frames = latest_training_frames(lake)
+    # Only a student with a teacher can learn frames without labels; the teacher itself never.
+    transfer = transfer_frames(lake, pointer) if teacher is not None else None
     lineage = {
         "dataset_version": pointer["version"],
         "dataset_commit": pointer["commit"],
@@ -177,8 +190,12 @@ def _train_registered(
         config=overrides,
         warm_start=warm_start(),
         teacher=teacher,
+        transfer_frames=transfer,
     )
-    log(f"trained from {result.warm_start_from}; distilled from {result.distilled_from}")
+    log(
+        f"trained from {result.warm_start_from}; distilled from {result.distilled_from}"
+        f" ({result.transfer_frames} transfer frames)"
+    )
     registered = register_model_version(
         mlflow_tracking.uri(),
         result.model_uri,
@@ -207,4 +224,5 @@ def _train_registered(
         warm_start_from=result.warm_start_from,
         resumed_from_epoch=result.resumed_from_epoch,
         distilled_from=result.distilled_from,
+        transfer_frames=result.transfer_frames,
     )

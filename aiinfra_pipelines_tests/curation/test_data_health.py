@@ -26,6 +26,7 @@ from aiinfra_pipelines.curation.perceptual_hash import hamming, near_pairs, phas
 from aiinfra_pipelines.datasets.assets import benchmark_set, training_dataset
 from aiinfra_pipelines.datasets.benchmark import benchmark_log_ids
 from aiinfra_pipelines.datasets.checks import engine_embeddings, training_dataset_health
+from aiinfra_pipelines.datasets.loading import load_frames
 from aiinfra_pipelines.datasets.selection import BENCHMARK_MANIFEST, TRAINING_LATEST
 from aiinfra_pipelines.datasets.settings import DataHealthSettings
 from aiinfra_pipelines.ingest.tables import scene_index_table, trigger_rule_names
@@ -320,6 +321,44 @@ def test_a_clean_dataset_passes_every_health_check(fleet_lake, instance):
     assert checks["split_leaks"].metadata["benchmark_frames"].value > 0
     pointer = lake.get_json(MAIN_BRANCH, TRAINING_LATEST)
     assert labels["dataset_version"].value == pointer["version"]
+
+
+def test_frames_label_qc_holds_back_become_the_datasets_transfer_set_outside_val_logs(
+    fleet_lake, instance
+):
+    lake = fleet_lake(fleet_table())
+    _, training_logs = roles(lake)
+    labels = lake.get_parquet(MAIN_BRANCH, auto_labels_key())
+    # QC holds back every frame of two training logs and the first frames of all the others.
+    held = labels["log_id"].isin(training_logs[:2]) | (
+        labels["log_id"].isin(training_logs[2:]) & (labels["frame_index"] < 3)
+    )
+    labels.loc[held, "held_back"] = True
+    publish(lake, {auto_labels_key(): parquet_bytes(labels)}, "label QC holds frames back")
+
+    result = dg.materialize([training_dataset], instance=instance, resources={"lake": lake})
+    assert result.success
+    pointer = lake.get_json(MAIN_BRANCH, TRAINING_LATEST)
+    rows = lake.get_parquet(pointer["commit"], pointer["rows_key"])
+    transfer = lake.get_parquet(pointer["commit"], pointer["transfer_rows_key"])
+    manifest = lake.get_json(pointer["commit"], pointer["manifest_key"])
+
+    def keys(table: pd.DataFrame) -> set[tuple[str, int]]:
+        return set(zip(table["log_id"], table["frame_index"], strict=True))
+
+    held_keys = keys(labels[held])
+    assert not keys(rows) & held_keys  # their labels are never trained on
+    val_logs = set(rows.loc[rows["split"] == "val", "log_id"])
+    expected = {key for key in held_keys if key[0] not in val_logs}
+    assert val_logs and len(expected) < len(held_keys)  # some held-back frames sit in val logs
+    assert keys(transfer) == expected
+    assert manifest["transfer"]["frames"] == len(expected)
+    assert set(manifest["transfer"]["logs"]) == {log for log, _ in expected}
+    assert set(transfer["source_commit"]) <= set(manifest["source_commits"])  # retention keeps
+    (event,) = result.get_asset_materialization_events()
+    assert event.materialization.metadata["transfer_frames"].value == len(expected)
+    loaded = load_frames(lake, transfer, pointer["commit"])  # what trained_model reads
+    assert len(loaded) == len(expected) and loaded["image"].map(len).gt(0).all()
 
 
 def test_leaks_duplicates_and_corrupted_labels_fail_their_checks(fleet_lake, instance):

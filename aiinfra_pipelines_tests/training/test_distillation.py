@@ -165,7 +165,16 @@ def test_a_student_taught_by_the_teacher_alone_reads_frames_as_the_teacher_does(
 VERSION = "dataset-v0001"
 
 
-def _materialize_training(small_split, tmp_path, training_yaml: dict) -> dict:
+def _unsplit_frames(small_split, fleet: pd.DataFrame) -> pd.DataFrame:
+    """A few frames of the fleet's logs that neither split of ``small_split`` holds."""
+    train, val = small_split
+    used = set(train["log_id"]) | set(val["log_id"])
+    return fleet[~fleet["log_id"].isin(used)].head(40).reset_index(drop=True)
+
+
+def _materialize_training(
+    small_split, tmp_path, training_yaml: dict, transfer: pd.DataFrame | None = None
+) -> dict:
     train, val = small_split
     lake = LocalLake(root=str(tmp_path / "lake"))
     lake.ensure_repository()
@@ -173,6 +182,7 @@ def _materialize_training(small_split, tmp_path, training_yaml: dict) -> dict:
         lake,
         pd.concat([train.assign(split="train"), val.assign(split="val")], ignore_index=True),
         VERSION,
+        transfer=transfer,
     )
     uri = tracking_uri(tmp_path)
     (tmp_path / "home").mkdir()
@@ -198,7 +208,7 @@ def _materialize_training(small_split, tmp_path, training_yaml: dict) -> dict:
 
 
 def test_the_training_group_trains_a_registered_teacher_and_a_student_distilled_from_it(
-    small_split, tmp_path
+    small_split, fleet, tmp_path
 ):
     tiny = {
         **SMALL_CONFIG,
@@ -206,8 +216,14 @@ def test_the_training_group_trains_a_registered_teacher_and_a_student_distilled_
         "distillation": {"enabled": True},
         "teacher": {"max_epochs": 1, "model": {"width": 24, "hidden": 128}},
     }
-    trained = _materialize_training(small_split, tmp_path, tiny)
+    # Frames of logs in neither split, published as the dataset's transfer set (what
+    # training_dataset does with frames label QC held back).
+    transfer = _unsplit_frames(small_split, fleet)
+    trained = _materialize_training(small_split, tmp_path, tiny, transfer)
     teacher, student, client = trained["teacher"], trained["student"], trained["client"]
+    student_run = client.get_run(student["mlflow_run_id"]).data.params
+    assert student["transfer_frames"] == len(transfer) > 0
+    assert student_run["transfer_frames"] == str(len(transfer))
 
     assert teacher["trained"] and teacher["registered_model"] == "perception-teacher"
     assert teacher["dataset_version"] == student["dataset_version"] == VERSION
@@ -217,19 +233,22 @@ def test_the_training_group_trains_a_registered_teacher_and_a_student_distilled_
     assert version.tags["distilled_from"] == student["distilled_from"]
     teacher_run = client.get_run(teacher["mlflow_run_id"]).data.params
     assert teacher_run["model.width"] == "24" and teacher_run["distillation.enabled"] == "False"
+    assert teacher_run["transfer_frames"] == "0"  # the teacher learns from labels only
     # The teacher's resume point is its own: never the student's checkpoint directory.
     assert (tmp_path / "checkpoints" / "teacher" / VERSION / "last.ckpt").exists()
     assert (tmp_path / "checkpoints" / VERSION / "last.ckpt").exists()
 
 
 def test_with_distillation_disabled_no_teacher_trains_and_the_student_learns_from_labels(
-    small_split, tmp_path
+    small_split, fleet, tmp_path
 ):
     trained = _materialize_training(
         small_split,
         tmp_path,
         {**SMALL_CONFIG, "max_epochs": 1, "distillation": {"enabled": False}},
+        transfer=_unsplit_frames(small_split, fleet),
     )
     assert trained["teacher"] == {"trained": False}
     assert trained["student"]["distilled_from"] == "none"
+    assert trained["student"]["transfer_frames"] == 0  # no teacher: frames without labels wait
     assert trained["client"].search_model_versions("name = 'perception-teacher'") == []
