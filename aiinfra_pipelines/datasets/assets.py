@@ -99,8 +99,9 @@ def training_dataset(
 ) -> dg.MaterializeResult:
     """Base data plus the accepted badcases (all while they fit in ``datasets.yaml``
     ``selection.budget_frames``, else the budgeted selection's choice), split train/val by log,
-    tagged on ``main``. Frames label QC held back (outside the val logs) are published beside
-    it as the version's transfer set: never trained on with their labels, only through a teacher.
+    tagged on ``main``. Frames without usable labels (held back by label QC, or from a log
+    without ground truth), outside the val logs, are published beside it as the version's
+    transfer set: never trained on with labels, only through a teacher.
 
     The merge commit that publishes it is the dataset's identity; the tag ``dataset-vNNNN``
     points at it and every model trained on it records that commit.
@@ -108,11 +109,14 @@ def training_dataset(
     settings = DatasetSettings.load()
     rows, qc = configured_training_rows(lake)
     selection = qc.pop("selection")
-    held_back_rows = qc.pop("held_back_rows")
+    unlabelled_rows = qc.pop("unlabelled_rows")
     if rows.empty:
-        raise ValueError("no trainable frames: everything is benchmark or held back by label QC")
+        raise ValueError(
+            "no trainable frames: everything is benchmark, held back by label QC or "
+            "without ground truth"
+        )
     dataset = split_by_log(rows, settings.val_fraction, settings.seed)
-    transfer = transfer_rows(held_back_rows, dataset)
+    transfer = transfer_rows(unlabelled_rows, dataset)
     version = next_dataset_version(lake.list_tags())
     rows_key, transfer_key = training_rows_key(version), training_transfer_key(version)
     manifest = build_manifest(
@@ -139,7 +143,7 @@ def training_dataset(
         "commit": commit,
         "rows_key": rows_key,
         "manifest_key": manifest_key,
-        # Frames label QC held back, learned from the teacher alone when distillation is on.
+        # Frames without usable labels, learned from the teacher alone when distillation is on.
         **({"transfer_rows_key": transfer_key} if len(transfer) else {}),
     }
     publish_objects(
@@ -157,6 +161,9 @@ def training_dataset(
             "frames": len(dataset),
             "badcases": int(dataset["badcase"].sum()),
             "transfer_frames": len(transfer),
+            "transfer_by_reason": dg.MetadataValue.json(
+                manifest.get("transfer", {}).get("by_reason", {})
+            ),
             "logs": dg.MetadataValue.json(manifest["log_counts"]),
             "label_qc": dg.MetadataValue.json(manifest["label_qc"]),
             "per_slice": dg.MetadataValue.md(counts.to_markdown(index=False)),

@@ -73,6 +73,15 @@ def add_transfer_set(
             "frames": len(transfer),
             "logs": sorted(transfer[LOG_COLUMN].astype(str).unique()),
             "rows_key": rows_key,
+            **(
+                {
+                    "by_reason": {
+                        str(k): int(n) for k, n in transfer["reason"].value_counts().items()
+                    }
+                }
+                if "reason" in transfer.columns
+                else {}
+            ),
         },
     }
 

@@ -38,12 +38,31 @@ REFERENCE_COLUMNS = [
 ]
 
 
-def published_frames(lake: VersionedLake) -> pd.DataFrame:
-    """Reference rows of every frame published to ``main`` by ingestion."""
+def has_ground_truth(index: pd.DataFrame) -> pd.Series:
+    """Which scene-index frames carry the simulator's ground truth, so labels can be derived.
+
+    The ground-truth channel carries the lane count, at least 1 on every simulated road; a real
+    car's log has no such channel and the reader leaves it 0 (``frame_from_messages``). Labels
+    derived from such a frame would be invented (no vehicles, every side lane missing).
+    """
+    if "lane_count" not in index.columns:
+        return pd.Series(True, index=index.index)
+    return pd.to_numeric(index["lane_count"], errors="coerce").fillna(0) >= 1
+
+
+def published_index(lake: VersionedLake) -> pd.DataFrame:
+    """The scene index on ``main``; raises when nothing has been ingested yet."""
     index = scene_index_view(lake)
     if index.empty:
         raise ValueError("no published scene index on main: ingest drive logs first")
-    return index[REFERENCE_COLUMNS]
+    return index
+
+
+def published_frames(lake: VersionedLake) -> pd.DataFrame:
+    """Reference rows of every frame published to ``main`` by ingestion that can be labelled
+    (``has_ground_truth``): what benchmark and training rows are drawn from."""
+    index = published_index(lake)
+    return index.loc[has_ground_truth(index), REFERENCE_COLUMNS]
 
 
 def trained_logs(lake: VersionedLake) -> set[str]:
@@ -238,19 +257,31 @@ def training_rows(
 
     Every accepted badcase while they fit in ``selection.budget_frames`` (no ``selection``:
     no budget), else the budgeted selection's choice; ``qc["selection"]`` says which.
-    ``qc["held_back_rows"]`` are the reference rows of the frames label QC held back (the
-    caller pops it: rows, not a figure): their labels are never trained on, their pixels can
-    be, through a teacher (``transfer_rows``).
+    ``qc["unlabelled_rows"]`` (the caller pops it: rows, not a figure) are the reference rows
+    of frames without usable labels, with their ``reason``: ``label_qc`` (held back: QC doubts
+    the auto-label) or ``no_ground_truth`` (a real car's log). They are never trained on with
+    labels; a teacher can read them (``transfer_rows``).
     """
-    frames = published_frames(lake)
+    index = published_index(lake)
+    labelled = has_ground_truth(index)
+    frames, no_truth = (
+        index.loc[labelled, REFERENCE_COLUMNS],
+        index.loc[~labelled, REFERENCE_COLUMNS],
+    )
     for condition, values in exclude.items():
         frames = frames[~frames[condition].isin(values)]
+        no_truth = no_truth[~no_truth[condition].isin(values)]
     benchmark = lake.get_json_or_none(MAIN_BRANCH, BENCHMARK_MANIFEST)
     if benchmark is not None:
         frames = exclude_benchmark(frames, benchmark)
     labels = read_asset_partitions(lake, "auto_labels", MAIN_BRANCH)
     held_back = labels.loc[labels["held_back"], FRAME_KEY] if not labels.empty else labels
-    held_back_rows = frames[_in(frames, held_back)]
+    unlabelled = pd.concat(
+        [
+            frames[_in(frames, held_back)].assign(reason="label_qc"),
+            no_truth.assign(reason="no_ground_truth"),
+        ]
+    )
     frames = frames[~_in(frames, held_back)]
     badcases = read_asset_partitions(lake, "mined_badcases", MAIN_BRANCH)
     is_badcase = _in(frames, badcases)
@@ -267,22 +298,24 @@ def training_rows(
     qc = {
         "frames_held_back": len(held_back),
         "mean_agreement": float(labels["agreement"].mean()) if not labels.empty else None,
+        "frames_without_ground_truth": len(no_truth),
         "selection": summary,
-        "held_back_rows": held_back_rows.sort_values(FRAME_KEY).reset_index(drop=True),
+        "unlabelled_rows": unlabelled.sort_values(FRAME_KEY).reset_index(drop=True),
     }
     return rows.sort_values(FRAME_KEY).reset_index(drop=True), qc
 
 
-def transfer_rows(held_back_rows: pd.DataFrame, dataset: pd.DataFrame) -> pd.DataFrame:
-    """The dataset's transfer set: frames label QC held back, outside its val logs.
+def transfer_rows(unlabelled_rows: pd.DataFrame, dataset: pd.DataFrame) -> pd.DataFrame:
+    """The dataset's transfer set: frames without usable labels, outside its val logs.
 
-    QC doubts their labels, not their pixels: a student distilled from the cloud teacher reads
-    them with the teacher's readings as targets (``train_perception_model(transfer_frames=)``),
-    the regime where distillation pays (docs/training.md). A val log's frames stay out: the
-    student would otherwise train on the logs it is validated on.
+    Label QC doubts their labels, or their log has none; their pixels are fleet data all the
+    same. A student distilled from the cloud teacher reads them with the teacher's readings as
+    targets (``train_perception_model(transfer_frames=)``), the regime where distillation pays
+    (docs/training.md). A val log's frames stay out: the student would otherwise train on the
+    logs it is validated on.
     """
     val_logs = set(dataset.loc[dataset[SPLIT_COLUMN] == "val", "log_id"])
-    return held_back_rows[~held_back_rows["log_id"].isin(val_logs)].reset_index(drop=True)
+    return unlabelled_rows[~unlabelled_rows["log_id"].isin(val_logs)].reset_index(drop=True)
 
 
 def configured_training_rows(lake: VersionedLake) -> tuple[pd.DataFrame, dict]:

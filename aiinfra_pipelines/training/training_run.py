@@ -19,6 +19,7 @@ from aiinfra_pipelines.datasets.assets import TRAINING_LATEST
 from aiinfra_pipelines.datasets.loading import load_frames
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.perception.contract import perception_spec
 
 from .identity import CandidateIdentity
 from .resources import MlflowTracking
@@ -86,12 +87,28 @@ def latest_training_frames(lake: VersionedLake) -> tuple[dict[str, Any], pd.Data
     return pointer, load_frames(lake, rows, pointer["commit"])
 
 
-def transfer_frames(lake: VersionedLake, pointer: dict[str, Any]) -> pd.DataFrame | None:
-    """The dataset version's transfer set (frames label QC held back), ``None`` without one."""
+def transfer_frames(
+    lake: VersionedLake, pointer: dict[str, Any], log: Callable[[str], None]
+) -> pd.DataFrame | None:
+    """The dataset version's transfer set (frames without usable labels), ``None`` without one.
+
+    A real car's camera need not be the contract's: its frames cannot be read by the network,
+    so they are left out (and counted in the log) rather than failing the training.
+    """
     key = pointer.get("transfer_rows_key")
     if not key:
         return None
-    return load_frames(lake, lake.get_parquet(pointer["commit"], key), pointer["commit"])
+    frames = load_frames(lake, lake.get_parquet(pointer["commit"], key), pointer["commit"])
+    spec = perception_spec()
+    fits = (frames["image_height"] == spec.image_height) & (
+        frames["image_width"] == spec.image_width
+    )
+    if not fits.all():
+        log(
+            f"{int((~fits).sum())} of {len(frames)} transfer frames left out: their camera is "
+            f"not the contract's {spec.image_height}x{spec.image_width}"
+        )
+    return frames[fits].reset_index(drop=True)
 
 
 def train_and_register(
@@ -169,7 +186,7 @@ def _train_registered(
 
     pointer, frames = latest_training_frames(lake)
     # Only a student with a teacher can learn frames without labels; the teacher itself never.
-    transfer = transfer_frames(lake, pointer) if teacher is not None else None
+    transfer = transfer_frames(lake, pointer, log) if teacher is not None else None
     lineage = {
         "dataset_version": pointer["version"],
         "dataset_commit": pointer["commit"],

@@ -27,7 +27,12 @@ from aiinfra_pipelines.datasets.assets import benchmark_set, training_dataset
 from aiinfra_pipelines.datasets.benchmark import benchmark_log_ids
 from aiinfra_pipelines.datasets.checks import engine_embeddings, training_dataset_health
 from aiinfra_pipelines.datasets.loading import load_frames
-from aiinfra_pipelines.datasets.selection import BENCHMARK_MANIFEST, TRAINING_LATEST
+from aiinfra_pipelines.datasets.selection import (
+    BENCHMARK_MANIFEST,
+    TRAINING_LATEST,
+    has_ground_truth,
+    published_frames,
+)
 from aiinfra_pipelines.datasets.settings import DataHealthSettings
 from aiinfra_pipelines.ingest.tables import scene_index_table, trigger_rule_names
 from aiinfra_pipelines.lake.io_manager import asset_object_base, parquet_bytes
@@ -323,7 +328,11 @@ def test_a_clean_dataset_passes_every_health_check(fleet_lake, instance):
     assert labels["dataset_version"].value == pointer["version"]
 
 
-def test_frames_label_qc_holds_back_become_the_datasets_transfer_set_outside_val_logs(
+def scene_index_key() -> str:
+    return asset_object_base(dg.AssetKey("scene_index"), "test") + ".parquet"
+
+
+def test_frames_without_usable_labels_become_the_datasets_transfer_set_outside_val_logs(
     fleet_lake, instance
 ):
     lake = fleet_lake(fleet_table())
@@ -334,7 +343,15 @@ def test_frames_label_qc_holds_back_become_the_datasets_transfer_set_outside_val
         labels["log_id"].isin(training_logs[2:]) & (labels["frame_index"] < 3)
     )
     labels.loc[held, "held_back"] = True
-    publish(lake, {auto_labels_key(): parquet_bytes(labels)}, "label QC holds frames back")
+    # A third log as a real car records it: no ground-truth channel, so no lanes, no labels.
+    real = training_logs[2]
+    index = lake.get_parquet(MAIN_BRANCH, scene_index_key())
+    index.loc[index["log_id"] == real, "lane_count"] = 0
+    publish(
+        lake,
+        {auto_labels_key(): parquet_bytes(labels), scene_index_key(): parquet_bytes(index)},
+        "label QC holds frames back; a log without ground truth",
+    )
 
     result = dg.materialize([training_dataset], instance=instance, resources={"lake": lake})
     assert result.success
@@ -346,19 +363,44 @@ def test_frames_label_qc_holds_back_become_the_datasets_transfer_set_outside_val
     def keys(table: pd.DataFrame) -> set[tuple[str, int]]:
         return set(zip(table["log_id"], table["frame_index"], strict=True))
 
-    held_keys = keys(labels[held])
-    assert not keys(rows) & held_keys  # their labels are never trained on
+    no_truth = keys(index[index["log_id"] == real])
+    unlabelled = keys(labels[held]) | no_truth
+    assert not keys(rows) & unlabelled  # never trained on with labels
     val_logs = set(rows.loc[rows["split"] == "val", "log_id"])
-    expected = {key for key in held_keys if key[0] not in val_logs}
-    assert val_logs and len(expected) < len(held_keys)  # some held-back frames sit in val logs
+    expected = {key for key in unlabelled if key[0] not in val_logs}
+    assert val_logs and len(expected) < len(unlabelled)  # some sit in val logs: left out
+    assert real not in val_logs and no_truth <= expected
     assert keys(transfer) == expected
+    reasons = transfer.groupby("reason").size().to_dict()
+    assert reasons == {"label_qc": len(expected - no_truth), "no_ground_truth": len(no_truth)}
     assert manifest["transfer"]["frames"] == len(expected)
+    assert manifest["transfer"]["by_reason"] == reasons
     assert set(manifest["transfer"]["logs"]) == {log for log, _ in expected}
     assert set(transfer["source_commit"]) <= set(manifest["source_commits"])  # retention keeps
-    (event,) = result.get_asset_materialization_events()
-    assert event.materialization.metadata["transfer_frames"].value == len(expected)
+    metadata = result.get_asset_materialization_events()[0].materialization.metadata
+    assert metadata["transfer_frames"].value == len(expected)
+    assert metadata["label_qc"].value["frames_without_ground_truth"] == len(no_truth)
     loaded = load_frames(lake, transfer, pointer["commit"])  # what trained_model reads
     assert len(loaded) == len(expected) and loaded["image"].map(len).gt(0).all()
+
+
+def test_frames_without_ground_truth_are_never_benchmark_or_labelled_rows(local_lake, instance):
+    publish_fleet(local_lake, fleet_table())
+    index = local_lake.get_parquet(MAIN_BRANCH, scene_index_key())
+    assert has_ground_truth(index).all()
+    # Every log of the slices that have several: without the change the benchmark takes some.
+    per_slice = index.groupby("slice")["log_id"].nunique()
+    real = set(index.loc[index["slice"].isin(per_slice[per_slice > 1].index), "log_id"])
+    index.loc[index["log_id"].isin(real), "lane_count"] = 0
+    publish(local_lake, {scene_index_key(): parquet_bytes(index)}, "real cars' logs")
+
+    frames = published_frames(local_lake)
+    assert not set(frames["log_id"]) & real
+    assert len(frames) == int((index["lane_count"] > 0).sum()) > 0
+    result = dg.materialize([benchmark_set], instance=instance, resources={"lake": local_lake})
+    assert result.success
+    manifest = local_lake.get_json(MAIN_BRANCH, BENCHMARK_MANIFEST)
+    assert not benchmark_log_ids(manifest) & real  # nothing to score a model against
 
 
 def test_leaks_duplicates_and_corrupted_labels_fail_their_checks(fleet_lake, instance):
