@@ -60,12 +60,12 @@ def build_manifest(
 def add_transfer_set(
     manifest: dict[str, Any], transfer: pd.DataFrame, rows_key: str
 ) -> dict[str, Any]:
-    """``manifest`` with its transfer set (``transfer``: rows with ``log_id``, and
-    ``source_commit`` where known): count, logs and rows key under ``transfer``, and its source
-    commits joined to ``source_commits`` so retention keeps the raw data its frames came from."""
-    commits = set(manifest["source_commits"])
-    if "source_commit" in transfer.columns:
-        commits |= {str(commit) for commit in transfer["source_commit"].unique()}
+    """``manifest`` with its transfer set (``transfer``: reference rows with ``log_id``,
+    ``source_commit`` and ``reason``): count, logs, rows key and counts by reason under
+    ``transfer``, and its source commits joined to ``source_commits`` so retention keeps the
+    raw data its frames came from."""
+    commits = set(manifest["source_commits"]) | set(transfer["source_commit"].astype(str))
+    by_reason = transfer["reason"].value_counts()
     return {
         **manifest,
         "source_commits": sorted(commits),
@@ -73,15 +73,7 @@ def add_transfer_set(
             "frames": len(transfer),
             "logs": sorted(transfer[LOG_COLUMN].astype(str).unique()),
             "rows_key": rows_key,
-            **(
-                {
-                    "by_reason": {
-                        str(k): int(n) for k, n in transfer["reason"].value_counts().items()
-                    }
-                }
-                if "reason" in transfer.columns
-                else {}
-            ),
+            "by_reason": {str(reason): int(n) for reason, n in by_reason.items()},
         },
     }
 

@@ -276,13 +276,14 @@ def training_rows(
         frames = exclude_benchmark(frames, benchmark)
     labels = read_asset_partitions(lake, "auto_labels", MAIN_BRANCH)
     held_back = labels.loc[labels["held_back"], FRAME_KEY] if not labels.empty else labels
+    doubted = _in(frames, held_back)
     unlabelled = pd.concat(
         [
-            frames[_in(frames, held_back)].assign(reason="label_qc"),
+            frames[doubted].assign(reason="label_qc"),
             no_truth.assign(reason="no_ground_truth"),
         ]
     )
-    frames = frames[~_in(frames, held_back)]
+    frames = frames[~doubted]
     badcases = read_asset_partitions(lake, "mined_badcases", MAIN_BRANCH)
     is_badcase = _in(frames, badcases)
     ordinary = frames[~is_badcase].sample(frac=base_fraction, random_state=seed)

@@ -242,10 +242,15 @@ class PerceptionModule(L.LightningModule):
 
     # -- steps ----------------------------------------------------------------------------
 
-    def _losses(self, batch: Batch) -> tuple[torch.Tensor, ...]:
-        images, occupancy, lead_gap = batch
-        occupancy_logits, lead_gap_pred = self.net(images)
-        total, occupancy_loss, gap_loss = perception_loss(
+    def _label_loss(
+        self,
+        occupancy_logits: torch.Tensor,
+        lead_gap_pred: torch.Tensor,
+        occupancy: torch.Tensor,
+        lead_gap: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``perception_loss`` with this module's weighting: (total, occupancy, lead gap)."""
+        return perception_loss(
             occupancy_logits,
             lead_gap_pred,
             occupancy,
@@ -254,6 +259,13 @@ class PerceptionModule(L.LightningModule):
             smooth_l1_beta=self.hparams.smooth_l1_beta,
             cell_weights=self.cell_weights,
             pos_weight=self.hparams.pos_weight,
+        )
+
+    def _losses(self, batch: Batch) -> tuple[torch.Tensor, ...]:
+        images, occupancy, lead_gap = batch
+        occupancy_logits, lead_gap_pred = self.net(images)
+        total, occupancy_loss, gap_loss = self._label_loss(
+            occupancy_logits, lead_gap_pred, occupancy, lead_gap
         )
         return total, occupancy_loss, gap_loss, occupancy_logits, lead_gap_pred
 
@@ -268,15 +280,11 @@ class PerceptionModule(L.LightningModule):
         labelled = labelled_rows(lead_gap)
         label_loss = None
         if bool(labelled.any()):
-            label_loss, _, _ = perception_loss(
+            label_loss, _, _ = self._label_loss(
                 occupancy_logits[labelled],
                 lead_gap_pred[labelled],
                 occupancy[labelled],
                 lead_gap[labelled],
-                lead_gap_weight=self.hparams.lead_gap_weight,
-                smooth_l1_beta=self.hparams.smooth_l1_beta,
-                cell_weights=self.cell_weights,
-                pos_weight=self.hparams.pos_weight,
             )
         return distillation.mix(
             label_loss, occupancy_logits, lead_gap_pred, images, self.hparams, self.cell_weights
