@@ -168,6 +168,7 @@ def ingest_log(job: LogJob) -> LogOutcome:
         source_commit=job.batch.commit,
         log_key=location.key,
         frames_object=outcome.frames_object,
+        log_sha256=sha256,
     )
     outcome.log_id = anonymous.log_id
     outcome.slice = str(outcome.index["slice"].iloc[0]) if len(outcome.index) else ""

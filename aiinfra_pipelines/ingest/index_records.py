@@ -130,6 +130,8 @@ def _ingest_index_record(outcome: Any, data: bytes, key: bytes) -> Any:
         log_key=outcome.location.key,
         frames_object="",
         raw_available=False,
+        # The raw log the car still holds (what a pull would deliver), not the index record.
+        log_sha256=str(record.get("raw_sha256") or ""),
     )
     outcome.slice = str(outcome.index["slice"].iloc[0]) if len(outcome.index) else ""
     return outcome

@@ -142,6 +142,7 @@ def scene_index_table(
     log_key: str,
     frames_object: str,
     raw_available: bool = True,
+    log_sha256: str = "",
 ) -> pd.DataFrame:
     """One row per frame with every log tag, the frame's signals and one flag per trigger rule.
 
@@ -176,6 +177,9 @@ def scene_index_table(
     columns["source_branch"] = [source_branch] * rows
     columns["source_commit"] = [source_commit] * rows
     columns["log_key"] = [log_key] * rows
+    # SHA-256 of the log's bytes as the car recorded them: a content id that anything derived
+    # from the log (a regression scenario's seeds) can rest on, whatever commit landed it.
+    columns["log_sha256"] = [log_sha256] * rows
     columns["frames_object"] = [frames_object] * rows
     # False for a segment indexed from its index record: its raw log is still on the car
     # (ingest.pulls), so it can be queried and pulled but not trained on.

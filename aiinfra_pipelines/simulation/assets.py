@@ -29,6 +29,7 @@ from aiinfra_pipelines.curation.similarity_requests import (
     scenario_candidate_logs,
 )
 from aiinfra_pipelines.curation.similarity_settings import SimilaritySettings
+from aiinfra_pipelines.gate_rules import gate_rules
 from aiinfra_pipelines.ingest.assets import published_ingest
 from aiinfra_pipelines.ingest.views import scene_index_view
 from aiinfra_pipelines.lake.encoding import json_document
@@ -42,12 +43,15 @@ from aiinfra_pipelines.training.resources import MlflowTracking
 from .candidate import latest_candidate_version, report_key
 from .from_fleet import fleet_regression_scenarios
 from .gate import evaluate_gate
+from .gate_settings import SimulationGate
+from .gate_verdicts import gate_section
 from .library import LIBRARY_KEY, merge_library, shard_keys
 from .metadata import report_metadata, shard_outcome_rows, table_metadata
-from .regression import report_outcomes, run_shard, shard_objects
+from .regression import report_outcomes
 from .report_view import report_markdown
 from .scenarios import load_base_scenarios
 from .settings import ExecutionSettings
+from .shard import run_shard, shard_objects
 from .verdict import judge_regression, log_verdict
 
 GROUP = "simulation"
@@ -97,6 +101,7 @@ def scenario_library(
         previous,
         [*base, *regression],
         built_from={"main_commit": source_commit, "refreshed_for_model_version": candidate or ""},
+        seed_count=SimulationGate.from_section(gate_section()).evidence.max_seeds,
     )
     commit = publish_objects(
         lake,
@@ -166,7 +171,8 @@ def regression_simulation(
             "production": record["production_version"],
             "library_version": record["library_version"],
             "scenarios": len(record["scenarios"]),
-            "seeds_per_scenario": record["seeds_per_scenario"],
+            "seed_stages": dg.MetadataValue.json(record["seed_stages"]),
+            "episodes": sum(len(row["candidate"]) for row in record["scenarios"]),
             "simulated_runs": run.simulated,
             "reused_runs": run.reused,
             "outcomes": table_metadata(rows) if rows else dg.MetadataValue.text("no scenarios"),
@@ -229,10 +235,11 @@ def regression_no_new_failures(
     key = metadata["report_key"].value
     report = lake.get_json(commit, key)
     outcomes, records = report_outcomes(report)
+    gates = load_resource_yaml("gates.yaml")
     gate = evaluate_gate(
         outcomes,
         records,
-        load_resource_yaml("gates.yaml"),
+        gates,
         first_release=bool(report["aggregate"].get("first_release")),
         production_version=str(report["production"]["model_version"]),
     )
@@ -241,10 +248,11 @@ def regression_no_new_failures(
         metadata={
             "model_version": str(report["model_version"]),
             "failures": dg.MetadataValue.json(gate.failures),
-            "new_failures": dg.MetadataValue.json(
-                [c.scenario_id for c in gate.comparisons if c.status == "new_failure"]
+            "regressed_scenarios": dg.MetadataValue.json(
+                sorted({str(t["scenario_id"]) for t in gate.tests if t["regressed"]})
             ),
             "at_fault_rates": dg.MetadataValue.json(gate.aggregate),
             "report_verdict_matches": gate.passed == bool(report["passed"]),
+            "gates_sha256_matches": report.get("gates_sha256") == gate_rules(gates).sha256,
         },
     )

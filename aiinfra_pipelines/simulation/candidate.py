@@ -3,8 +3,9 @@
 The candidate is what would ship: ``candidates/latest.json`` names the model version, its
 manifest's ``ship`` entry names the engine file on ``main`` and its SHA-256 (docs/loop.md). The
 bytes are verified against that hash before a single scenario runs — simulating a file other
-than the one certification will vouch for would make the report worthless. Production is
-whatever ``release/production.json`` names (the bootstrap engine before the first release).
+than the one certification will vouch for would make the report worthless. Production — the
+reference the candidate is gated against — is the release its offline evaluation was judged
+against (:func:`load_reference`; the bootstrap engine before the first release).
 Model zero is the bootstrap engine itself, driven in every report as the floor (the oracle,
 ground-truth perception, needs no engine).
 """
@@ -28,6 +29,7 @@ from aiinfra_pipelines.perception.deployed import BOOTSTRAP_VERSION, bootstrap_o
 from .runner import EngineSource
 
 REPORT_GATE = "regression_simulation"
+OFFLINE = "offline_eval"  # the report whose reference_version pins the simulation's reference
 
 
 class CandidateError(ValueError):
@@ -91,10 +93,20 @@ def load_candidate(
     )
 
 
-def load_production(lake: VersionedLake, candidate_version: str | None = None) -> EngineSource:
-    """The engine a candidate is gated against: the reference release
-    (``release.reference``: the release rolling out, else production), or the bootstrap engine
-    before the first release."""
+def load_reference(lake: VersionedLake, candidate_version: str) -> EngineSource:
+    """The engine a candidate is gated against: the release its offline evaluation judged it
+    against (``reference_version`` of its ``offline_eval`` report: ``None`` there means a
+    first release, judged against the bootstrap engine), so both gates compare with the same
+    release whatever the rollout did in between — a step acts on the materialization upstream
+    of it, not on what is newest when it runs. Without that report (a candidate published
+    before the field, or by hand) the reference release on the fleet now
+    (``release.reference``)."""
+    report = lake.get_json_or_none(MAIN_BRANCH, candidate_report_key(candidate_version, OFFLINE))
+    if report is not None and "reference_version" in report:
+        version = report["reference_version"]
+        if version is None:
+            return load_model_zero()
+        return load_candidate(lake, str(version)).engine
     from aiinfra_pipelines.release.reference import reference_release
 
     reference = reference_release(lake, excluding=candidate_version)

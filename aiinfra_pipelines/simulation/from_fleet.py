@@ -3,9 +3,11 @@
 Every log with a mined badcase (``mined_badcases`` on ``main``) and every log whose scene-index
 rows carry a failure flag (``event_near_collision``, ``event_takeover`` — simulation.yaml
 ``failure_flags``) becomes scenario ``log-<log id>``: the log's road type, weather and lighting,
-the configured duration and traffic, and a seed derived from the log id and the commit that
-ingested it. A fleet failure on a road that supports scripted hazards also replays a cut-in at
-the failure's time within the log, so the scenario stresses what went wrong there.
+the configured duration and traffic, and a seed derived from the log's content (its id and
+the SHA-256 of its bytes as the car recorded them; never the lake commit that happened to land
+it, whose id differs from run to run). A fleet failure on a road that supports scripted
+hazards also replays a cut-in at the failure's time within the log, so the scenario stresses
+what went wrong there.
 
 Logs of the latest "more like this" result (``curation.similarity_requests``: frames an
 operator asked for more of) join them as scenario candidates, kind ``badcase`` with origin
@@ -117,18 +119,15 @@ def _log_candidate(
     failure_rows = _rows(sources.failures, log_id)
     similar_rows = _rows(sources.similar, log_id)
     tags = _tags(log_id, index_rows, badcase_rows)
-    commit = (
-        str(index_rows["source_commit"].iloc[0])
-        if "source_commit" in index_rows.columns and len(index_rows)
-        else ""
-    )
+    commit = _first(index_rows, "source_commit")
+    log_sha256 = _first(index_rows, "log_sha256")
     kind = KIND_FLEET_FAILURE if len(failure_rows) else KIND_BADCASE
     levels = scenario_settings.traffic_levels(tags["road_type"])
     fields: dict[str, Any] = {
         **tags,
         "traffic": section.traffic if section.traffic in levels else "normal",
         "duration_s": section.duration_s,
-        "seed": derived_seed(log_id, commit),
+        "seed": derived_seed(log_id, log_sha256),
     }
     if (
         kind == KIND_FLEET_FAILURE
@@ -142,9 +141,12 @@ def _log_candidate(
         kind=kind,
         family=kind,
         description=f"{kind.replace('_', ' ')} from drive log {log_id}",
-        source=_provenance(
-            log_id, commit, badcase_rows, failure_rows, list(sources.flags), similar_rows
-        ),
+        source={
+            **_provenance(
+                log_id, commit, badcase_rows, failure_rows, list(sources.flags), similar_rows
+            ),
+            "log_sha256": log_sha256,
+        },
         where=f"regression scenario {scenario_id}",
         config=config,
         fleet=fleet,
@@ -191,6 +193,11 @@ def _failure_rows(index: pd.DataFrame, flags: list[str]) -> pd.DataFrame:
     for flag in flags:
         hit |= index[f"event_{flag}"].eq(True)
     return index[hit]
+
+
+def _first(rows: pd.DataFrame, column: str) -> str:
+    """The log's value of an index column ("" where the index predates the column)."""
+    return str(rows[column].iloc[0]) if column in rows.columns and len(rows) else ""
 
 
 def _rows(table: pd.DataFrame, log_id: str) -> pd.DataFrame:

@@ -1,83 +1,46 @@
-"""The gate before the first release: absolute limits instead of a comparison.
+"""The gate before the first release: non-inferior to the oracle, paired.
 
-With nothing released, production is model zero, which no car runs; comparing with it
-would prove nothing, so the first candidate is held to ``first_release`` limits — a
-separate rule set with its own settings, kept out of the comparison with production.
+With nothing released, production is model zero, which no car runs: comparing with it would
+prove nothing. The oracle — the same planner with ground-truth perception, on the same
+scenarios and seeds — is what a perfect perception engine would do; what the candidate adds to
+its at-fault collisions is what perception costs. The first candidate is certified only when
+that cost is shown to stay below a margin: the one-sided upper confidence bound (Tango's score
+bound, paired by seed) of its at-fault rate minus the oracle's is below
+``first_release.max_at_fault_increase``. Evidence too thin to show it is a refusal, not a pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from .gate_comparison import GateResult, ScenarioComparison
-from .gate_scenarios import scenario_failure
-from .gate_slices import judge_slices, role_rates
-from .gate_verdicts import EPS
+from aiinfra_pipelines.statistics.paired import tango_bound
+
+from .gate_comparison import ScenarioComparison
+from .gate_settings import GateLevels
+from .gate_slices import difference_figures, pooled_at_fault
+from .roles import ROLE_ORACLE
 
 
-def first_release_gate(
-    comparisons: Sequence[ScenarioComparison], section: Mapping[str, Any], failures: list[str]
-) -> GateResult:
-    """Absolute limits for a candidate when nothing has been released yet."""
-    limits = section.get("first_release")
-    if not limits:
-        raise ValueError(
-            "gates.yaml simulation.first_release is missing: it sets the absolute limits for a "
-            "candidate when no engine has been released yet"
-        )
-    failures = [
-        *failures,
-        *(
-            f
-            for c in comparisons
-            if (f := scenario_failure(c, section, first_release=True)) is not None
-        ),
-    ]
-    aggregate = role_rates(comparisons)
-    cap, reason = first_release_at_fault_limit(limits, aggregate.get("oracle_at_fault_rate"))
-    aggregate["first_release"] = True
-    aggregate["at_fault_rate_budget"] = cap
-    aggregate["at_fault_rate_limit_from"] = reason
-    if comparisons and aggregate["candidate_at_fault_rate"] > cap + EPS:
-        failures.append(
-            f"first release: at-fault collision rate {aggregate['candidate_at_fault_rate']:.3f} "
-            f"exceeds the limit {cap:.3f} ({reason}; no production engine to compare with)"
-        )
-    slice_cap = limits.get("max_slice_at_fault_rate")
-    return judge_slices(
-        comparisons,
-        section,
-        aggregate,
-        failures,
-        limit=slice_cap,
-        measure=lambda rates: rates["candidate_at_fault_rate"],
-        describe=lambda s: (
-            f"first release: slice {s['slice']} at-fault collision rate "
-            f"{s['candidate_at_fault_rate']:.3f} exceeds the limit {float(slice_cap):.3f}"
-        ),
-    )
-
-
-def first_release_at_fault_limit(
-    limits: Mapping[str, Any], oracle_at_fault_rate: float | None
-) -> tuple[float, str]:
-    """The library-wide at-fault rate a first candidate may reach, and where it comes from.
-
-    ``max_at_fault_rate`` is the absolute limit. Where the oracle (ground-truth perception,
-    same scenarios and seeds) itself exceeds it, the library is harder than the limit for this
-    planner, and an absolute cap would judge the planner and the dice, not perception: the
-    limit is then the oracle's rate plus ``max_at_fault_rate_over_oracle`` — what perception
-    may add to the collisions perfect perception already has. Never below the absolute limit.
-    """
-    cap = float(limits["max_at_fault_rate"])
-    over_oracle = limits.get("max_at_fault_rate_over_oracle")
-    if over_oracle is None or oracle_at_fault_rate is None:
-        return cap, f"absolute limit {cap:.3f}"
-    relative = float(oracle_at_fault_rate) + float(over_oracle)
-    if relative <= cap:
-        return cap, f"absolute limit {cap:.3f}"
-    return relative, (
-        f"the oracle's rate {float(oracle_at_fault_rate):.3f} on the same episodes "
-        f"+ {float(over_oracle):.3f}"
+def first_release_test(
+    comparisons: Sequence[ScenarioComparison], levels: GateLevels
+) -> tuple[dict[str, Any], str | None]:
+    """(figures, failure or ``None``) of the non-inferiority test against the oracle."""
+    counts = pooled_at_fault(comparisons, ROLE_ORACLE)
+    upper = tango_bound(counts, levels.first_release_alpha, upper=True)
+    margin = levels.first_release_margin
+    figures = {
+        **difference_figures(counts, "oracle_at_fault"),
+        "first_release": True,
+        "first_release_margin": margin,
+        "first_release_alpha": levels.first_release_alpha,
+        "first_release_upper_bound": round(upper, 6),
+    }
+    if counts.pairs and upper < margin:
+        return figures, None
+    return figures, (
+        f"first release: at-fault collision rate not shown within +{margin:.3f} of the "
+        f"oracle's: difference {counts.difference:+.3f} over {counts.pairs} paired episodes "
+        f"({counts.worse} at fault where the oracle was not, {counts.better} the reverse), "
+        f"upper {1 - levels.first_release_alpha:.0%} bound {upper:+.3f} >= {margin:.3f}"
     )

@@ -1,120 +1,67 @@
-"""Why one scenario fails the gate on its own: new failures, regressed fixes, pass-rate drops.
+"""Per scenario: is the candidate worse than a reference it is held to, beyond chance?
 
-Apart from the library-wide rules because the regression shard asks the same question
-of each scenario before the gate runs (:func:`needs_confirmation`), to know which
-verdicts to confirm on more seeds.
+Each binding reference of each scenario (production; the version that fixed it) is one test:
+the one-sided exact McNemar test on the failed episodes paired by seed
+(:class:`.gate_comparison.PairedTest`). A library tests dozens at once, so the family of all
+those tests is held to ``tests.scenario.alpha`` with Holm's step-down procedure: an equal
+candidate is refused by any of them together at most that often. A test is made once, on all
+seeds the scenario ran; the stages before only decided whether to run more
+(:mod:`.gate_evidence`), never to refuse.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
-from .gate_comparison import STATUS_NEW_FAILURE, ScenarioComparison
-from .gate_significance import beyond_chance, p_value_text
-from .gate_verdicts import EPS, gate_section
+from aiinfra_pipelines.statistics.multiplicity import holm_level, holm_rejections
+
+from .gate_comparison import PairedTest, ScenarioComparison
+from .gate_settings import GateLevels
+from .roles import ROLE_FIXER
 
 
-def binding_fix(comparison: ScenarioComparison, section: Mapping[str, Any]) -> bool:
-    """Whether an earlier version's fix of this scenario binds the candidate.
+def scenario_tests(
+    comparisons: Sequence[ScenarioComparison], levels: GateLevels
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """(failures, one row per test) for every binding (scenario, reference) test.
 
-    It does, unless ``previously_fixed_must_pass`` is off or — with
-    ``fixes_bind_only_where_the_oracle_passes`` — the oracle (ground-truth perception, the
-    ceiling of this planner) fails the scenario on the same seeds: what the planner cannot
-    pass with perfect perception is beyond any perception engine, and the earlier "fix" was a
-    lucky draw of seeds. Likewise, with ``fixes_bind_only_while_the_fixer_passes``, when the
-    version that fixed it is production and fails it itself on the same seeds. Such a scenario
-    is still reported, and the comparison with production still applies to it.
+    Each row carries the paired counts, the p-value, the level Holm held it to and whether it
+    found a regression; each regression is one failure naming the scenario and reference.
     """
-    if not comparison.first_fixed_by or not bool(section.get("previously_fixed_must_pass", True)):
-        return False
-    fixer_is_production = str(comparison.first_fixed_by) == str(comparison.production_version)
-    if (
-        bool(section.get("fixes_bind_only_while_the_fixer_passes", False))
-        and fixer_is_production
-        and not comparison.production_verdict.passed
-    ):
-        return False  # the version that "fixed" it fails it itself on these seeds
-    oracle = comparison.oracle_verdict
-    if bool(section.get("fixes_bind_only_where_the_oracle_passes", False)) and oracle:
-        return oracle.passed
-    return True
+    by_key = {test.key: (test, c) for c in comparisons for test in c.tests}
+    p_values = {key: test.p_value for key, (test, _) in by_key.items()}
+    rejected = holm_rejections(p_values, levels.scenario_alpha) if p_values else {}
+    failures, rows = [], []
+    for key, (test, comparison) in by_key.items():
+        level = holm_level(p_values, key, levels.scenario_alpha)
+        regressed = key in rejected
+        rows.append(
+            {
+                "scenario_id": test.scenario_id,
+                "slice": comparison.slice,
+                **test.to_dict(),
+                "seeds": comparison.candidate_verdict.episodes,
+                "holm_level": level,
+                "regressed": regressed,
+            }
+        )
+        if regressed:
+            failures.append(_failure(test, comparison, level))
+    return failures, rows
 
 
-def needs_confirmation(
-    comparison: ScenarioComparison,
-    gates: Mapping[str, Any] | None = None,
-    *,
-    first_release: bool = False,
-) -> bool:
-    """Whether this scenario's verdict would fail the gate on its own: a new failure, a
-    regressed fix or (against production) a pass-rate drop beyond tolerance.
-
-    Such a scenario runs more seeds before the gate judges it (simulation.yaml
-    ``episode.confirm_seeds``): with three seeds a scenario the candidate passes four times in
-    five still fails one time in ten, and a library of dozens of fixed scenarios would refuse a
-    good candidate almost every cycle. The extra seeds run for every planner, so the verdict —
-    and the comparison with production — is over the pooled seeds.
-    """
-    section = gate_section(gates)
-    # Every recorded fix counts here: whether the oracle passes the scenario is judged on the
-    # pooled seeds, after confirmation.
-    every_fix = {
-        **section,
-        "fixes_bind_only_where_the_oracle_passes": False,
-        "fixes_bind_only_while_the_fixer_passes": False,
-    }
-    # Whether the pooled seeds put a regression beyond chance is judged after confirmation.
+def _failure(test: PairedTest, comparison: ScenarioComparison, level: float) -> str:
+    what = (
+        f"regressed fix of model version {test.reference_version}"
+        if test.reference == ROLE_FIXER
+        else "worse than production"
+    )
+    why = "; ".join(comparison.candidate_verdict.failures[:3])
+    more = len(comparison.candidate_verdict.failures) - 3
+    if more > 0:
+        why += f"; … {more} more"
     return (
-        scenario_failure(
-            comparison, every_fix, first_release=first_release, require_significance=False
-        )
-        is not None
+        f"scenario {test.scenario_id}: {what}: {test.describe()} (exact McNemar "
+        f"p = {test.p_value:.2g} <= Holm level {level:.2g}): {why}"
     )
-
-
-def scenario_failure(
-    comparison: ScenarioComparison,
-    section: Mapping[str, Any],
-    *,
-    first_release: bool = False,
-    require_significance: bool = True,
-) -> str | None:
-    """Why this scenario fails the gate on its own, or ``None``: a new failure, a binding
-    regressed fix, or a pass-rate drop beyond tolerance. Before the first release (production
-    is model zero) only a regressed fix counts. A new failure and a pass-rate drop compare with
-    production, so they must also be beyond chance (:func:`beyond_chance`) unless
-    ``require_significance`` is off (the confirmation predicate)."""
-    c = comparison
-    cand, prod = c.candidate_verdict, c.production_verdict
-    why = "; ".join(cand.failures)
-    beyond, p_value = beyond_chance(
-        section,
-        "scenario",
-        cand.episodes - cand.passes,
-        cand.episodes,
-        prod.episodes - prod.passes,
-        prod.episodes,
-    )
-    significant = beyond or not require_significance
-    p_text = p_value_text(p_value) if require_significance else ""
-    new_failures_gated = bool(section.get("no_new_failures", True))
-    if not first_release and c.status == STATUS_NEW_FAILURE and new_failures_gated and significant:
-        return (
-            f"new failure {c.scenario_id}: production passes ({prod.describe()}), "
-            f"candidate {cand.describe()}{p_text}: {why}"
-        )
-    if not cand.passed and binding_fix(c, section):
-        return (
-            f"regressed fix {c.scenario_id}: fixed by model version {c.first_fixed_by}, "
-            f"candidate {cand.describe()}: {why}"
-        )
-    if first_release:
-        return None
-    max_drop = float(section["pass_rate"]["max_drop"])
-    if cand.pass_rate < prod.pass_rate - max_drop - EPS and significant:
-        return (
-            f"pass rate drop {c.scenario_id}: candidate {cand.pass_rate:.2f} < production "
-            f"{prod.pass_rate:.2f} - tolerance {max_drop:.2f}{p_text}: {why}"
-        )
-    return None

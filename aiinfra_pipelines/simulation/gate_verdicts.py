@@ -1,20 +1,25 @@
 """Judging one engine: an episode against the pass criteria, a scenario over its seeds.
 
 Everything here looks at a single engine's episodes and the ``gates.yaml`` ``simulation:``
-thresholds; comparing engines, budgets and significance build on it in the other
-``gate_*`` modules (:mod:`.gate` is the entry point).
+criteria; pairing engines seed by seed and the tests build on it in the other ``gate_*``
+modules (:mod:`.gate` is the entry point).
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aiinfra_pipelines.statistics.paired import PairedCounts
+
 from .settings import simulation_gates
 
-EPS = 1e-9  # pass rates and at-fault rates are compared with this slack
+EPS = 1e-9  # pass rates are compared with this slack
+# What a paired test counts as a bad episode: any broken criterion, or an at-fault collision.
+FAILED = "failed"
+AT_FAULT = "at_fault"
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,9 @@ class ScenarioResult:
     passed: bool  # pass_rate >= min_pass_rate
     collisions: int  # episodes ending in any collision
     at_fault: int  # episodes ending in a collision ego caused
+    at_fault_by_seed: tuple[bool, ...] = ()
+    collided_by_seed: tuple[bool, ...] = ()
+    threshold: float = 0.0  # the pass rate the scenario verdict used
 
     @property
     def episodes(self) -> int:
@@ -115,6 +123,47 @@ class ScenarioResult:
     def describe(self) -> str:
         return f"{self.passes}/{self.episodes} seeds pass"
 
+    def restricted(self, seeds: Collection[int | None]) -> ScenarioResult:
+        """The same engine judged on ``seeds`` only (episodes are not judged again)."""
+        keep = [i for i, seed in enumerate(self.seeds) if seed in seeds]
+        verdicts = tuple(self.verdicts[i] for i in keep)
+        faults = tuple(self.at_fault_by_seed[i] for i in keep)
+        collided = tuple(self.collided_by_seed[i] for i in keep)
+        rate = sum(v.passed for v in verdicts) / len(verdicts) if verdicts else 0.0
+        return ScenarioResult(
+            seeds=tuple(self.seeds[i] for i in keep),
+            verdicts=verdicts,
+            pass_rate=round(rate, 6),
+            passed=bool(verdicts) and rate + EPS >= self.threshold,
+            collisions=sum(collided),
+            at_fault=sum(faults),
+            at_fault_by_seed=faults,
+            collided_by_seed=collided,
+            threshold=self.threshold,
+        )
+
+    def bad_by_seed(self, outcome: str) -> dict[int | None, bool]:
+        """Per seed, whether the episode was bad: ``failed`` (any criterion broken) or
+        ``at_fault`` (ego caused a collision)."""
+        if outcome == FAILED:
+            return {s: not v.passed for s, v in zip(self.seeds, self.verdicts, strict=True)}
+        if outcome == AT_FAULT:
+            return dict(zip(self.seeds, self.at_fault_by_seed, strict=True))
+        raise ValueError(f"unknown outcome {outcome!r}; expected {FAILED!r} or {AT_FAULT!r}")
+
+
+def paired_counts(
+    candidate: ScenarioResult,
+    reference: ScenarioResult,
+    outcome: str,
+    seeds: Sequence[int | None] | None = None,
+) -> PairedCounts:
+    """The two engines' episodes paired seed by seed (on ``seeds`` only, when given): only
+    seeds both drove form a pair."""
+    cand, ref = candidate.bad_by_seed(outcome), reference.bad_by_seed(outcome)
+    common = [s for s in cand if s in ref and (seeds is None or s in seeds)]
+    return PairedCounts.of([cand[s] for s in common], [ref[s] for s in common])
+
 
 def episodes_of(value: Any) -> list[Mapping[str, Any]]:
     """One engine's episodes of a scenario: a list (one per seed) or a single metrics mapping."""
@@ -133,12 +182,17 @@ def scenario_result(
     if not episodes:
         raise ValueError("a scenario result needs at least one episode")
     verdicts = tuple(scenario_verdict(e, road_type, criteria) for e in episodes)
+    faults = tuple(at_fault(e) for e in episodes)
+    collided = tuple(bool(e["collision"]) for e in episodes)
     rate = sum(v.passed for v in verdicts) / len(verdicts)
     return ScenarioResult(
         seeds=tuple(e.get("seed") for e in episodes),
         verdicts=verdicts,
         pass_rate=round(rate, 6),
         passed=rate + EPS >= threshold,
-        collisions=sum(bool(e["collision"]) for e in episodes),
-        at_fault=sum(at_fault(e) for e in episodes),
+        collisions=sum(collided),
+        at_fault=sum(faults),
+        at_fault_by_seed=faults,
+        collided_by_seed=collided,
+        threshold=threshold,
     )

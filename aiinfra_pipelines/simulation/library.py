@@ -1,12 +1,15 @@
 """The scenario library: every regression scenario ever defined, versioned, never silently shrunk.
 
 ``simulation/scenarios/library.json`` on ``main`` holds one entry per scenario (its definition,
-``version``, provenance, when it was added) plus the regression record: ``first_failed_by`` —
-the model version first seen failing it — and ``first_fixed_by`` — the first version seen
-passing it after that. A new library version is the previous one plus new scenarios and
-revised definitions; a scenario whose source disappeared (a deleted YAML file) stays, marked
-``orphaned``. :func:`assert_never_dropped` guards every write, so no code path can publish a
-library that lost a scenario.
+``version``, provenance, when it was added, the ``seeds`` every engine drives it with — a pure
+function of its content, :func:`.scenarios.scenario_seeds`) plus the regression record:
+``first_failed_by`` — the model version first seen failing it — and ``first_fixed_by`` — the
+first version confirmed better on it after that, with that version's engine
+(``fixed_engine_sha256``): later candidates are held to its outcomes on the same seeds. A new
+library version is the previous one plus new scenarios and revised definitions; a scenario
+whose source disappeared (a deleted YAML file) stays, marked ``orphaned``.
+:func:`assert_never_dropped` guards every write, so no code path can publish a library that
+lost a scenario.
 
 Scenarios map to shards by hashing their id: adding scenarios never moves existing ones, so a
 shard's cached work stays on its shard as the library grows.
@@ -20,12 +23,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiinfra_pipelines.statistics.paired import sign_test_p
+
 from .gate_comparison import ScenarioComparison
-from .scenarios import Scenario
+from .gate_verdicts import FAILED, paired_counts
+from .scenarios import Scenario, scenario_seeds
 
 LIBRARY_KEY = "simulation/scenarios/library.json"
 LIBRARY_FORMAT = 1
-RECORD_FIELDS = ("first_failed_by", "first_fixed_by", "last_result")
+RECORD_FIELDS = (
+    "first_failed_by",
+    "first_fixed_by",
+    "fixed_engine_sha256",
+    "fixed_confirmation",
+    "last_result",
+)
 
 
 class LibraryError(ValueError):
@@ -84,9 +96,11 @@ def merge_library(
     scenarios: Sequence[Scenario],
     *,
     built_from: Mapping[str, str],
+    seed_count: int = 0,
 ) -> tuple[dict[str, Any], LibraryChange]:
     """The next library: ``previous`` plus ``scenarios`` (new ids added, changed definitions
-    revised with their records kept), every earlier scenario retained.
+    revised with their records kept), every earlier scenario retained; each entry records its
+    first ``seed_count`` seeds (the gate's last stage; 0 records none).
 
     The version number moves only when the scenario set changed; ``built_from`` (lake commit,
     candidate it was refreshed for) is recorded either way.
@@ -116,6 +130,9 @@ def merge_library(
                 **dict(built_from),
             },
         ]
+    if seed_count:
+        for entry in entries.values():
+            entry["seeds"] = scenario_seeds(Scenario.from_dict(entry), seed_count)
     library["scenarios"] = [entries[key] for key in sorted(entries)]
     library["built_from"] = dict(built_from)
     assert_never_dropped(previous, library)
@@ -133,9 +150,7 @@ def _merge_scenario(
             "added_in": next_version,
             "orphaned": False,
             "revisions": [],
-            "first_failed_by": None,
-            "first_fixed_by": None,
-            "last_result": None,
+            **dict.fromkeys(RECORD_FIELDS),
         }
         change.added.append(scenario.id)
     elif entry["version"] != scenario.version:
@@ -183,6 +198,20 @@ def records_by_id(library: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------- records
+def fix_confirmation(comparison: ScenarioComparison, alpha: float) -> dict[str, Any] | None:
+    """The evidence that the candidate fixed this scenario, or ``None``: it passes the scenario
+    by its pass rate, production does not, and the candidate failed on fewer paired seeds than
+    production beyond chance (one-sided exact McNemar at ``alpha``)."""
+    candidate, production = comparison.candidate_verdict, comparison.production_verdict
+    if not candidate.passed or production.passed:
+        return None
+    counts = paired_counts(candidate, production, FAILED)
+    p_value = sign_test_p(counts.better, counts.worse)
+    if p_value > alpha:
+        return None
+    return {**counts.to_dict(), "p_value": p_value, "alpha": alpha}
+
+
 def record_results(
     library: Mapping[str, Any],
     comparisons: Iterable[ScenarioComparison],
@@ -190,15 +219,18 @@ def record_results(
     candidate_version: str,
     production_version: str,
     candidate_accepted: bool,
+    candidate_engine_sha256: str,
+    fix_alpha: float,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The library with first-failed / first-fixed records updated from one regression run.
 
     Production is the older engine, so its failures are recorded first: a scenario production
-    fails and the candidate passes is failed by production's version and fixed by the
-    candidate's. A fix counts only when the candidate passed the whole gate
-    (``candidate_accepted``): a refused model's lucky passes must not bind every later one,
-    while an accepted model's fixes may never regress. A record, once set, is never
-    overwritten (it is "first"). Returns the new library and the list of record changes.
+    fails is failed by production's version. A fix is recorded only when confirmed
+    (:func:`fix_confirmation` at ``fix_alpha``) and the candidate passed the whole gate
+    (``candidate_accepted``): a refused model's lucky passes must not bind every later one.
+    The record keeps the fixer's engine (``candidate_engine_sha256``) and the evidence, so a
+    later candidate is held to the fixer's outcomes on the same seeds, paired. A record, once
+    set, is never overwritten (it is "first"). Returns the new library and the record changes.
     """
     updated = copy.deepcopy(dict(library))
     entries = {entry["id"]: entry for entry in updated["scenarios"]}
@@ -215,14 +247,17 @@ def record_results(
                 entry["first_failed_by"] = production_version
             elif not comparison.candidate_verdict.passed:
                 entry["first_failed_by"] = candidate_version
+        confirmation = fix_confirmation(comparison, fix_alpha)
         if (
             entry.get("first_failed_by") is not None
             and entry.get("first_fixed_by") is None
-            and comparison.candidate_verdict.passed
+            and confirmation is not None
             and candidate_accepted
             and entry["first_failed_by"] != candidate_version
         ):
             entry["first_fixed_by"] = candidate_version
+            entry["fixed_engine_sha256"] = candidate_engine_sha256
+            entry["fixed_confirmation"] = confirmation
         entry["last_result"] = {
             "model_version": candidate_version,
             "passed": comparison.candidate_verdict.passed,

@@ -13,6 +13,11 @@ from typing import Any
 from .roles import ROLE_CANDIDATE, ROLE_MODEL_ZERO, ROLE_ORACLE, ROLE_PRODUCTION, ROLES
 
 
+def escape_markdown(text: str) -> str:
+    """Text a Markdown table shows as written (``day/*/*`` is no emphasis, ``|`` no cell)."""
+    return "".join(f"\\{ch}" if ch in "\\`*_[]|<>" else ch for ch in str(text))
+
+
 def _fmt(value: Any, digits: int = 1) -> str:
     if value is None:
         return "–"
@@ -26,7 +31,9 @@ def _fmt(value: Any, digits: int = 1) -> str:
 TABLE_COLUMNS = (
     ("scenario", "scenario_id"),
     ("slice", "slice"),
-    ("status", "status"),
+    ("decision", "decision"),
+    ("status (pass rates)", "status"),
+    ("seeds", "seeds"),
 )
 # Per engine and scenario, over its seeds.
 ENGINE_COLUMNS = (
@@ -36,8 +43,6 @@ ENGINE_COLUMNS = (
     ("progress m", "mean_progress_m"),
     ("min TTC s", "min_ttc_s"),
     ("fallbacks", "fallback_activations"),
-    ("planner p95 ms", "planner_p95_ms"),
-    ("engine p95 ms", "perception_p95_ms"),
     ("degradations", "degradation_transition_count"),
 )
 ROLE_TITLES = {
@@ -49,12 +54,23 @@ ROLE_TITLES = {
 
 
 def report_table_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Flat rows (one per scenario) for a metadata table: the candidate's columns, production's
-    pass rate / at-fault / collisions / progress, and the oracle's and model zero's pass rate
-    and at-fault count."""
+    """Flat rows (one per scenario) for a metadata table: the gate's decision and the paired
+    test that decided it, the candidate's columns, production's pass rate / at-fault /
+    collisions / progress, and the oracle's and model zero's pass rate and at-fault count."""
     table = []
     for row in report["scenarios"]:
-        flat: dict[str, Any] = {title: row[key] for title, key in TABLE_COLUMNS}
+        flat: dict[str, Any] = {title: row.get(key) for title, key in TABLE_COLUMNS}
+        tests = row.get("tests") or []
+        decisive = min(tests, key=lambda t: t["p_value"], default=None)
+        flat["held to"] = (
+            f"{decisive['reference']} {decisive['reference_version']}" if decisive else "–"
+        )
+        flat["worse / better / pairs"] = (
+            f"{decisive['worse']} / {decisive['better']} / {decisive['pairs']}" if decisive else "–"
+        )
+        flat["p (Holm level)"] = (
+            f"{decisive['p_value']:.2g} ({decisive['holm_level']:.2g})" if decisive else "–"
+        )
         for role, columns in (
             (ROLE_CANDIDATE, ENGINE_COLUMNS),
             (ROLE_PRODUCTION, ENGINE_COLUMNS[:4]),
@@ -89,61 +105,76 @@ def _verdict_lines(report: Mapping[str, Any]) -> list[str]:
         f"candidate engine `{str(report['candidate']['engine_sha256'])[:12]}` vs production "
         f"{report['production']['model_version']} "
         f"(`{str(report['production']['engine_sha256'])[:12]}`), library version "
-        f"{report['library_version']}, {aggregate['scenarios']} scenarios x "
-        f"{aggregate['seeds_per_scenario']} seeds = {aggregate['episodes']} episodes per "
-        f"planner, {report['shards']} shard(s).",
+        f"{report['library_version']}, {aggregate['scenarios']} scenarios; seeds in stages "
+        f"{aggregate.get('seed_stages')}: every planner drove the first "
+        f"{aggregate['seeds_per_scenario']} of every scenario, "
+        f"{aggregate.get('confirmed_scenarios', 0)} scenario(s) in doubt ran more (mean "
+        f"{aggregate.get('mean_seeds')} seeds per scenario); {report['shards']} shard(s). "
+        f"Rules: gates.yaml {report.get('gates_version')} "
+        f"`{str(report.get('gates_sha256') or '')[:12]}`.",
         "",
-        "| planner | at-fault collisions | all collisions | scenarios passed | mean pass rate |",
+        "At-fault collisions on the first stage of seeds (every planner, same seeds):",
+        "",
+        "| planner | at-fault | rate (90 % interval) | all collisions | scenarios passed |",
         "| --- | --- | --- | --- | --- |",
     ]
     for role in ROLES:
-        lines.append(
-            f"| {role} | {_fmt(aggregate.get(f'{role}_at_fault'))} | "
-            f"{_fmt(aggregate.get(f'{role}_collisions'))} | "
-            f"{_fmt(aggregate.get(f'{role}_passed'))} | "
-            f"{_fmt(aggregate.get(f'{role}_mean_pass_rate'), 2)} |"
+        bounds = aggregate.get(f"{role}_at_fault_rate_bounds")
+        rate = aggregate.get(f"{role}_at_fault_rate")
+        interval = (
+            f"{rate:.3f} ({bounds[0]:.3f}–{bounds[1]:.3f})" if bounds and rate is not None else "–"
         )
-    limit = (
-        f"first release: limit {aggregate['at_fault_rate_budget']:.3f}, "
-        f"{aggregate.get('at_fault_rate_limit_from') or 'absolute'}"
-        if aggregate.get("first_release")
-        else f"budget +{aggregate['at_fault_rate_budget']:.3f}"
-    )
+        lines.append(
+            f"| {role} | {_fmt(aggregate.get(f'{role}_at_fault'))} | {interval} | "
+            f"{_fmt(aggregate.get(f'{role}_collisions'))} | "
+            f"{_fmt(aggregate.get(f'{role}_passed'))} |"
+        )
+    return [*lines, "", *_rule_lines(aggregate)]
+
+
+def _rule_lines(aggregate: Mapping[str, Any]) -> list[str]:
+    """How the library-wide rule read: the first release against the oracle, else the paired
+    at-fault difference against production."""
+    if aggregate.get("first_release"):
+        low, high = aggregate["oracle_at_fault_difference_bounds"]
+        return [
+            "First release (production is model zero, which no car runs): the candidate's "
+            "at-fault rate minus the oracle's, paired by seed: "
+            f"{aggregate['oracle_at_fault_difference']:+.3f} (90 % {low:+.3f} to {high:+.3f}); "
+            f"certified only if the upper {1 - aggregate['first_release_alpha']:.0%} bound "
+            f"{aggregate['first_release_upper_bound']:+.3f} is below "
+            f"+{aggregate['first_release_margin']:.3f}.",
+        ]
+    low, high = aggregate["at_fault_difference_bounds"]
     return [
-        *lines,
-        "",
-        f"at-fault collision rate per episode: candidate "
-        f"{aggregate['candidate_at_fault_rate']:.3f}, production "
-        f"{aggregate['production_at_fault_rate']:.3f} ({limit}).",
+        "Library-wide at-fault rate, candidate minus production, paired by seed: "
+        f"{aggregate['at_fault_difference']:+.3f} (90 % {low:+.3f} to {high:+.3f}); "
+        f"{aggregate['at_fault_worse']} episodes at fault only for the candidate, "
+        f"{aggregate['at_fault_better']} only for production; exact McNemar "
+        f"p = {aggregate['at_fault_p']:.2g} (refused at <= {aggregate['at_fault_alpha']:.2g}).",
     ]
 
 
 def _failure_lines(report: Mapping[str, Any]) -> list[str]:
-    lines: list[str] = []
-    if report["failures"]:
-        lines += ["", "### Gate failures", *(f"- {failure}" for failure in report["failures"])]
-    within_chance = report["aggregate"].get("within_chance")
-    if within_chance:
-        lines += [
-            "",
-            "Worse than production by the thresholds but within chance on the pooled seeds "
-            "(gates.yaml regression_significance): " + ", ".join(str(s) for s in within_chance),
-        ]
-    return lines
+    if not report["failures"]:
+        return []
+    return ["", "### Gate failures", *(f"- {failure}" for failure in report["failures"])]
 
 
 def _slice_lines(slices: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = [
         "",
-        "### Slices",
+        "### Slices (first stage of seeds)",
         "",
-        "| slice | scenarios | cand. at-fault | prod. at-fault | oracle at-fault |",
-        "| --- | --- | --- | --- | --- |",
+        "| slice | scenarios | cand. at-fault | prod. at-fault | oracle at-fault | p | gated |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in slices:
+        p_value = s.get("at_fault_p")
         lines.append(
-            f"| {s['slice']} | {s['scenarios']} | {s['candidate_at_fault']} | "
-            f"{s['production_at_fault']} | {_fmt(s.get('oracle_at_fault'))} |"
+            f"| {escape_markdown(s['slice'])} | {s['scenarios']} | {s['candidate_at_fault']} | "
+            f"{s['production_at_fault']} | {_fmt(s.get('oracle_at_fault'))} | "
+            f"{'–' if p_value is None else f'{p_value:.2g}'} | {_fmt(s['gated'])} |"
         )
     return lines
 
@@ -155,5 +186,5 @@ def _scenario_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = ["", "### Scenarios", "", "| " + " | ".join(headers) + " |"]
     lines.append("| " + " | ".join("---" for _ in headers) + " |")
     for row in rows:
-        lines.append("| " + " | ".join(_fmt(row[h], 2) for h in headers) + " |")
+        lines.append("| " + " | ".join(escape_markdown(_fmt(row[h], 2)) for h in headers) + " |")
     return lines

@@ -163,17 +163,24 @@ class Scenario:
 
 
 def derived_seed(*parts: str) -> int:
-    """A 32-bit seed from strings (scenario id, source log + commit): stable everywhere."""
+    """A 32-bit seed from strings (scenario id, source log id + SHA-256): stable everywhere."""
     digest = hashlib.sha256("|".join(parts).encode()).hexdigest()
     return int(digest[:8], 16) % _SEED_SPACE
 
 
 def scenario_seeds(scenario: Scenario, count: int) -> list[int]:
-    """The ``count`` seeds a scenario runs with: its own seed first (so one seed reproduces the
-    single-episode runs), then seeds derived from its id and seed, stable everywhere."""
+    """The first ``count`` seeds of a scenario's seed sequence: its own seed first (so one seed
+    reproduces the single-episode runs), then seed ``i`` derived from the scenario's content
+    (``version``, which hashes every field that decides an episode, the own seed included)
+    and ``i``.
+
+    A pure function of content: every engine, run, machine and cycle drives the same seeds of
+    a scenario, and a longer sequence extends a shorter one (the gate's stages add seeds).
+    """
     if count < 1:
         raise ValueError(f"a scenario runs with at least one seed, got {count}")
-    derived = [derived_seed(scenario.id, str(scenario.seed), str(i)) for i in range(1, count)]
+    version = scenario.version
+    derived = [derived_seed(version, str(i)) for i in range(1, count)]
     return [int(scenario.seed), *derived]
 
 

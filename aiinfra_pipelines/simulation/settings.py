@@ -58,30 +58,20 @@ class ExecutionSettings:
 
 @dataclass(frozen=True)
 class EpisodeSettings:
-    """``episode``: scenario durations and how many seeds a scenario runs with."""
+    """``episode``: scenario durations. How many seeds a scenario runs is the gate's evidence
+    plan (gates.yaml ``simulation.evidence``): the power of the gate depends on it."""
 
     default_duration_s: float
     min_duration_s: float
     max_duration_s: float
-    seeds_per_scenario: int
-    # Extra seeds a scenario runs before a failing verdict counts (0: judge on the first).
-    confirm_seeds: int = 0
 
     @classmethod
     def load(cls, config: SimulationConfig | None = None) -> EpisodeSettings:
         section = settings_section(SIMULATION_CONFIG_FILE, "episode", config)
-        seeds = section.int("seeds_per_scenario")
-        if seeds < 1:
-            raise section.error("seeds_per_scenario", f"must be >= 1, got {seeds}")
-        extra = section.int("confirm_seeds", 0)
-        if extra < 0:
-            raise section.error("confirm_seeds", f"must be >= 0, got {extra}")
         return cls(
             default_duration_s=section.float("default_duration_s"),
             min_duration_s=section.float("min_duration_s"),
             max_duration_s=section.float("max_duration_s"),
-            seeds_per_scenario=seeds,
-            confirm_seeds=extra,
         )
 
 

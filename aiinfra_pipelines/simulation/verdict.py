@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.gate_rules import gate_rules
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.perception.deployed import BOOTSTRAP_VERSION
 from aiinfra_pipelines.training.resources import mlflow_tracking_uri
 
 from .candidate import Candidate, CandidateError, load_candidate
 from .gate import evaluate_gate
+from .gate_settings import SimulationGate
+from .gate_verdicts import gate_section
 from .library import record_results, records_by_id
 from .regression import aggregate_shards, build_report, read_library, read_shards
 from .roles import ROLES
@@ -71,15 +74,15 @@ def judge_regression(
         first_release=production == BOOTSTRAP_VERSION,
         production_version=production,
     )
-    report = build_report(
-        identity, rows, gate, shards=len(shard_keys), gates_version=str(gates.get("version", ""))
-    )
+    report = build_report(identity, rows, gate, shards=len(shard_keys), rules=gate_rules(gates))
     library, record_changes = record_results(
         library,
         gate.comparisons,
         candidate_version=version,
         production_version=production,
         candidate_accepted=gate.passed,
+        candidate_engine_sha256=candidate.engine.sha256,
+        fix_alpha=SimulationGate.from_section(gate_section(gates)).levels.fix_alpha,
     )
     return RegressionVerdict(
         model_version=version,

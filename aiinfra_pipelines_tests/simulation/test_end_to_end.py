@@ -15,6 +15,7 @@ from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.sensors.simulation_sensor import regression_simulation_sensor
 from aiinfra_pipelines.simulation.candidate import report_key
 from aiinfra_pipelines.simulation.library import LIBRARY_KEY
+from aiinfra_pipelines.simulation.scenarios import derived_seed
 from aiinfra_pipelines_tests.support.loop_runs import ingest_and_mine, loop_resources
 from aiinfra_pipelines_tests.support.simulation_engines import perception_net_onnx
 from aiinfra_pipelines_tests.support.simulation_lake import (
@@ -61,15 +62,21 @@ def test_fleet_logs_to_regression_report(tmp_path, monkeypatch, instance):
     assert {f"log-{log_id}" for log_id in mined} <= ids
     index = scene_index_view(lake)
     commits = dict(zip(index["log_id"], index["source_commit"], strict=False))
+    contents = dict(zip(index["log_id"], index["log_sha256"], strict=False))
     for entry in library["scenarios"]:
         if entry["kind"] != "base":
-            assert entry["source"]["source_commit"] == commits[entry["source"]["log_id"]]
+            log_id = entry["source"]["log_id"]
+            assert entry["source"]["source_commit"] == commits[log_id]
+            # Its seed rests on the log's bytes as the car recorded them, not on the commit.
+            assert len(contents[log_id]) == 64
+            assert entry["source"]["log_sha256"] == contents[log_id]
+            assert entry["seed"] == derived_seed(log_id, contents[log_id])
     report = lake.get_json(MAIN_BRANCH, report_key("1"))
     assert {row["scenario_id"] for row in report["scenarios"]} == ids
     assert report["model_version"] == "1"
-    # Nothing released: production is model zero, so the first-release limits judge. The
-    # untrained candidate falls back on every frame as model zero does and causes no collision
-    # (as in test_regression_cycle.py): certified, with nothing to report against it.
+    # Nothing released: production is model zero, so the first release is judged against the
+    # oracle. The untrained candidate falls back on every frame as model zero does and causes
+    # no collision (as in test_regression_cycle.py): certified, with nothing against it.
     assert report["aggregate"]["first_release"] is True
     assert report["passed"] is True and report["failures"] == [], report["aggregate"]
     assert report["summary"]["candidate_at_fault"] == 0, report["summary"]

@@ -65,13 +65,18 @@ def test_badcase_and_failure_logs_become_reproducible_scenarios():
     assert d.kind == "fleet_failure" and d.source["origins"] == ["badcase", "fleet_failure"]
     [hazard] = d.events
     assert hazard["type"] == "cut_in" and 1.0 <= hazard["at_s"] <= d.duration_s - 1.0
-    # Reproducible: the same sources give the same scenarios, seeds from log id + commit.
+    # Reproducible: the same sources give the same scenarios, seeds from the log's content
+    # (id and SHA-256), never from the lake commit that landed it (its id differs per run).
     again = fleet_regression_scenarios(badcases, index)
     assert [s.to_dict() for s in again] == [s.to_dict() for s in first]
     assert len({s.seed for s in first}) == 3
     index2 = index.assign(source_commit="commit-2")
-    moved = {s.id: s.seed for s in fleet_regression_scenarios(badcases, index2)}
-    assert moved["log-a"] != a.seed
+    landed_again = {s.id: s.seed for s in fleet_regression_scenarios(badcases, index2)}
+    assert landed_again["log-a"] == a.seed
+    other_bytes = index.assign(log_sha256="ab" * 32)
+    other = {s.id: s for s in fleet_regression_scenarios(badcases, other_bytes)}
+    assert other["log-a"].seed != a.seed
+    assert other["log-a"].source["log_sha256"] == "ab" * 32
 
 
 def test_an_empty_lake_gives_no_regression_scenarios():
@@ -137,7 +142,7 @@ def test_shard_assignment_is_stable_as_the_library_grows():
         scenarios_of_shard(more, "shard-09", 4)
 
 
-def metrics(collision=False, progress=120.0):
+def metrics(collision=False, progress=120.0, seed=0):
     return {
         "collision": collision,
         "collision_step": 3 if collision else None,
@@ -145,10 +150,16 @@ def metrics(collision=False, progress=120.0):
         "hard_brakes": 0,
         "progress_m": progress,
         "duration_s": 4.0,
+        "seed": seed,
     }
 
 
-def outcome(scenario_id, candidate, production):
+def runs(*collided):
+    """One engine's episodes on a scenario, a seed each (``True``: it crashed)."""
+    return [metrics(collision=c, seed=i) for i, c in enumerate(collided)]
+
+
+def outcome(scenario_id, candidate, production, **more):
     return {
         "scenario_id": scenario_id,
         "slice": "day/clear/highway",
@@ -156,57 +167,77 @@ def outcome(scenario_id, candidate, production):
         "road_type": "highway",
         "candidate": candidate,
         "production": production,
+        **more,
     }
 
 
-def test_records_first_failed_and_first_fixed():
-    library, _ = merge_library(None, [scenario("s1"), scenario("s2")], built_from=BUILT)
-    # v1 vs production p0: p0 fails s1, v1 fixes it and passes the gate.
-    rows = [outcome("s1", metrics(), metrics(collision=True)), outcome("s2", metrics(), metrics())]
-    gate = evaluate_gate(rows, records_by_id(library), gates=GATES)
-    assert gate.passed
-    library, changes = record_results(
+def record(library, gate, version, *, production="p0", engine="e"):
+    return record_results(
         library,
         gate.comparisons,
-        candidate_version="1",
-        production_version="p0",
+        candidate_version=version,
+        production_version=production,
         candidate_accepted=gate.passed,
+        candidate_engine_sha256=f"{engine}{version}",
+        fix_alpha=GATES["tests"]["fix_confirmation"]["alpha"],
     )
+
+
+def test_a_fix_is_recorded_only_when_confirmed_and_then_binds_paired_to_the_fixer():
+    library, _ = merge_library(
+        None, [scenario("s1"), scenario("s2"), scenario("s3")], built_from=BUILT, seed_count=6
+    )
+    # Every entry records the seeds its engines drive (a pure function of its content).
+    assert [len(e["seeds"]) for e in library["scenarios"]] == [6, 6, 6]
+    # v1 vs production p0: p0 crashes on s1's 12 seeds, v1 on none (p = 1/4096: confirmed);
+    # on s2 p0 crashes on five seeds of 12, v1 on two others (p = 29/128: not confirmed).
+    clean, crashes = runs(*[False] * 12), runs(*[True] * 12)
+    rows = [
+        outcome("s1", clean, crashes),
+        outcome(
+            "s2",
+            runs(*[False] * 5, True, True, *[False] * 5),
+            runs(*[True] * 5, *[False] * 7),
+        ),
+        outcome("s3", clean, clean),
+    ]
+    gate = evaluate_gate(rows, records_by_id(library), gates=GATES, production_version="p0")
+    assert gate.passed, gate.failures
+    library, changes = record(library, gate, "1")
     records = records_by_id(library)
     assert records["s1"]["first_failed_by"] == "p0" and records["s1"]["first_fixed_by"] == "1"
-    assert records["s2"]["first_failed_by"] is None
-    assert changes == [{"scenario_id": "s1", "first_failed_by": "p0", "first_fixed_by": "1"}]
-    # v2 (still against p0) fails s1 again: refused as a regressed fix; records keep "first".
-    rows = [outcome("s1", metrics(collision=True), metrics(collision=True)), rows[1]]
-    gate = evaluate_gate(rows, records, gates=GATES)
-    assert not gate.passed
-    assert any(f.startswith("regressed fix s1: fixed by model version 1") for f in gate.failures)
-    library, _ = record_results(
-        library,
-        gate.comparisons,
-        candidate_version="2",
-        production_version="p0",
-        candidate_accepted=gate.passed,
+    assert records["s1"]["fixed_engine_sha256"] == "e1"
+    assert records["s1"]["fixed_confirmation"]["p_value"] == pytest.approx(1 / 4096)
+    assert records["s2"]["first_fixed_by"] is None  # better, but not beyond chance
+    assert records["s3"]["first_failed_by"] is None
+    assert changes == [
+        {"scenario_id": "s1", "first_failed_by": "p0", "first_fixed_by": "1"},
+        {"scenario_id": "s2", "first_failed_by": "p0", "first_fixed_by": None},
+    ]
+    # v2, still against p0, crashes on s1 again: held to v1's outcomes on the same seeds.
+    again = [
+        outcome("s1", crashes, crashes, fixer=clean, fixer_version="1"),
+        rows[1],
+        rows[2],
+    ]
+    refused = evaluate_gate(again, records, gates=GATES, production_version="p0")
+    assert any(
+        f.startswith("scenario s1: regressed fix of model version 1") for f in refused.failures
     )
-    assert records_by_id(library)["s1"]["first_fixed_by"] == "1"
+    library, _ = record(library, refused, "2")
+    assert records_by_id(library)["s1"]["first_fixed_by"] == "1"  # "first": never overwritten
     assert records_by_id(library)["s1"]["last_result"]["status"] == "regressed_fix"
 
 
 def test_a_refused_candidate_fixes_nothing():
     library, _ = merge_library(None, [scenario("s1"), scenario("s2")], built_from=BUILT)
     rows = [
-        outcome("s1", metrics(), metrics(collision=True)),  # would be a fix ...
-        outcome("s2", metrics(collision=True), metrics()),  # ... but this is a new failure
+        outcome("s1", runs(*[False] * 12), runs(*[True] * 12)),  # would be a fix ...
+        outcome("s2", runs(*[True] * 12), runs(*[False] * 12)),  # ... but this regressed
     ]
     gate = evaluate_gate(rows, records_by_id(library), gates=GATES)
     assert not gate.passed
-    library, _ = record_results(
-        library,
-        gate.comparisons,
-        candidate_version="3",
-        production_version="p0",
-        candidate_accepted=gate.passed,
-    )
+    library, _ = record(library, gate, "3")
     records = records_by_id(library)
     assert records["s1"] == {**records["s1"], "first_failed_by": "p0", "first_fixed_by": None}
     assert records["s2"]["first_failed_by"] == "3"
@@ -218,22 +249,12 @@ def test_a_refused_candidate_fixes_nothing():
             candidate_version="3",
             production_version="p0",
             candidate_accepted=False,
+            candidate_engine_sha256="e3",
+            fix_alpha=0.05,
         )
 
 
-GATES = {
-    "scenario_pass": {
-        "no_at_fault_collision": True,
-        "min_ttc_s": 0.75,
-        "max_hard_brakes": 4,
-        "min_progress_mps": {"highway": 15.0},
-    },
-    "pass_rate": {"min_pass_rate": 0.66, "max_drop": 0.34},
-    "no_new_failures": True,
-    "previously_fixed_must_pass": True,
-    "budgets": {"at_fault_rate": 0.0, "slice_at_fault_rate": 0.0},
-    "min_slice_scenarios": 1,
-}
+GATES = load_resource_yaml("gates.yaml")["simulation"]
 
 
 def test_model_zero_badcases_make_no_scenario_but_its_fleet_failures_do():

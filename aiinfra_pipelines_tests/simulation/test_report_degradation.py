@@ -43,7 +43,7 @@ def test_transitions_are_counted_per_scenario_by_cause_and_kept_per_episode():
     # Production's outcomes come from a cache older than the state machine: no such keys.
     rows = [row("a", seeds(faulty, dim), seeds(m(), m()))]
     result = evaluate_gate(rows, {}, GATES)
-    (entry,) = comparison_rows(result.comparisons, rows)
+    (entry,) = comparison_rows(result.comparisons, result.tests)
     candidate, production = entry["candidate"], entry["production"]
     assert candidate["degradation_transition_count"] == 5
     assert candidate["degradation_causes"] == {
