@@ -22,6 +22,7 @@ from rich.rule import Rule
 
 from aiinfra_pipelines.config import dagster_home
 from aiinfra_pipelines.environment import build_lake, load_environment
+from aiinfra_pipelines.gate_rules import gate_rules
 
 from .cycle import DemoCycle
 from .daemon import DaemonProcess
@@ -71,7 +72,9 @@ def run_demo(
         max_restarts=settings.daemon_restarts,
         on_restart=lambda message: console.print(f"[yellow]{message}[/]"),
     )
-    summary = DemoSummary(dagster_home() / "demo" / "summary.json")
+    summary = DemoSummary(
+        dagster_home() / "demo" / "summary.json", gates_sha256=gate_rules().sha256
+    )
     weak_slices: dict[str, float | None] = {}
     with daemon_process as daemon:
         cycle_runner = DemoCycle(settings, instance, lake, daemon, deadline, console)

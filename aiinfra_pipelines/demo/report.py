@@ -47,6 +47,8 @@ class DemoSummary:
 
     path: Path
     cycles: list[dict[str, Any]] = field(default_factory=list)
+    # The effective gate configuration every verdict of this demo was judged under.
+    gates_sha256: str | None = None
 
     def add(self, cycle: dict[str, Any], total_s: float) -> None:
         self.cycles.append(cycle)
@@ -54,7 +56,11 @@ class DemoSummary:
 
     def write(self, total_s: float) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        body = {"total_s": round(total_s, 1), "cycles": self.cycles}
+        body = {
+            "total_s": round(total_s, 1),
+            "cycles": self.cycles,
+            "gates_sha256": self.gates_sha256,
+        }
         self.path.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
 
 
@@ -116,8 +122,14 @@ def simulation_figures(lake: VersionedLake, version: str | None) -> dict[str, An
     if not report:
         return {}
     summary = report.get("summary") or {}
+    aggregate = report.get("aggregate") or {}
     return {
         "passed": bool(report.get("passed")),
+        "failures": report.get("failures") or [],
+        "gates_sha256": report.get("gates_sha256"),
+        "confirmed_scenarios": aggregate.get("confirmed_scenarios"),
+        "mean_seeds": aggregate.get("mean_seeds"),
+        "candidate_episodes_all_stages": aggregate.get("candidate_episodes_all_stages"),
         "candidate_at_fault": summary.get("candidate_at_fault"),
         "production_at_fault": summary.get("production_at_fault"),
         "oracle_at_fault": summary.get("oracle_at_fault"),

@@ -193,19 +193,20 @@ def print_release_summary(
             console.print(
                 f"[bold]regression simulation[/] model version {version}: "
                 f"{'passed' if simulation['passed'] else 'refused'}; at-fault collisions over "
-                f"{figures.get('scenarios')} scenarios × {figures.get('seeds_per_scenario')} "
-                f"seeds: candidate {figures.get('candidate_at_fault')}, production "
+                f"{figures.get('scenarios')} scenarios × the first "
+                f"{figures.get('seeds_per_scenario')} seeds: candidate "
+                f"{figures.get('candidate_at_fault')}, production "
                 f"{figures.get('production_at_fault')}, oracle {figures.get('oracle_at_fault')}, "
                 f"model zero {figures.get('model_zero_at_fault')}"
             )
+            aggregate = simulation.get("aggregate") or {}
+            console.print(
+                f"  {aggregate.get('confirmed_scenarios')} scenario(s) in doubt ran more seeds "
+                f"(mean {aggregate.get('mean_seeds')} per scenario); rules gates.yaml "
+                f"{simulation.get('gates_version')} {str(simulation.get('gates_sha256'))[:12]}"
+            )
             for failure in simulation.get("failures", [])[:5]:
                 console.print(f"  [yellow]{escape(str(failure))}[/]")
-            within = (simulation.get("aggregate") or {}).get("within_chance") or []
-            if within:
-                console.print(
-                    f"  worse than production on {len(within)} scenario(s) by the thresholds, "
-                    "within chance on the pooled seeds: " + escape(", ".join(within[:4]))
-                )
         certified = lake.object_exists(MAIN_BRANCH, candidate_certificate_key(version))
         console.print(
             f"[bold]certification[/] model version {version}: "

@@ -14,6 +14,7 @@ import dagster as dg
 
 from aiinfra_pipelines.datasets.assets import benchmark_set, calibration_set
 from aiinfra_pipelines.evaluation.assets import published_model
+from aiinfra_pipelines.gate_rules import gate_rules
 from aiinfra_pipelines.lake.audits import record_audit
 from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.layout import candidate_engine_key, candidate_report_key
@@ -169,6 +170,7 @@ def engine_parity(
             f"v{version} ships {report['ship_precision']}, not {target.ship_precisions[0]}: "
             f"{'; '.join(rejections(report['selection']))}"
         )
+    report = {**report, **gate_rules().to_dict()}
     key = candidate_report_key(version, PARITY_GATE)
     staged = stage_objects(
         lake, context, {key: json_document(report)}, f"engine parity of v{version}"
@@ -214,6 +216,7 @@ def engine_benchmark(
         ship_precision=str(engine_parity["ship_precision"]),
         macs_per_frame=onnx_model["onnx"].get("macs_per_frame"),
     )
+    report = {**report, **gate_rules().to_dict()}
     key = candidate_report_key(version, BENCHMARK_GATE)
     staged = stage_objects(
         lake, context, {key: json_document(report)}, f"engine benchmark of v{version}"

@@ -18,6 +18,7 @@ import pandas as pd
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.datasets.assets import BENCHMARK_MANIFEST
 from aiinfra_pipelines.datasets.loading import load_frames
+from aiinfra_pipelines.gate_rules import gate_rules
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH, training_rows_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.release.reference import reference_release
@@ -55,6 +56,8 @@ class OfflineEvaluation:
             "mlflow_run_id": mlflow_run_id,
             "candidate": self.candidate.to_dict(orient="records"),
             "baseline": self.baseline.to_dict(orient="records"),
+            # The rules it was judged under (gate_rules): certification refuses a mix.
+            **gate_rules().to_dict(),
         }
 
 

@@ -121,9 +121,16 @@ def build_certificate(
             "bytes": engine_bytes,
         },
         "reports": {
-            gate.gate: {"key": gate.key, "sha256": gate.sha256, "passed": gate.passed}
+            gate.gate: {
+                "key": gate.key,
+                "sha256": gate.sha256,
+                "passed": gate.passed,
+                "gates_sha256": gate.gates_sha256,
+            }
             for gate in evidence.gates
         },
+        # The rules that certified it: gates.yaml's hash and the error rates it states.
+        "gates": None if evidence.rules is None else evidence.rules.to_dict(),
         "determinism": None if evidence.determinism is None else evidence.determinism.to_dict(),
         "issued_at": (issued_at or datetime.now(UTC)).isoformat(),
         "issued_by": dict(issued_by or {}),

@@ -2,8 +2,9 @@
 
 Collecting evidence trusts no earlier run, only the lake: the candidate manifest, each gate's
 report (present, ``passed: true``, for the same model version, byte-identical to the hash the
-manifest recorded), the ONNX and engine files (hashes as the manifest says), and a fresh
-determinism run of the shipped engine. Kept apart from signing (``certificate.py``) because
+manifest recorded, judged under the gate rules in force now — the same ``gates_sha256``), the
+ONNX and engine files (hashes as the manifest says), and a fresh determinism run of the shipped
+engine. Kept apart from signing (``certificate.py``) because
 it never stops at the first failure: it gathers every failed gate so one refusal names all.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiinfra_pipelines.config import load_resource_yaml
+from aiinfra_pipelines.gate_rules import GateRules, gate_rules
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH, candidate_manifest_key, candidate_report_key
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.perception.contract import perception_spec
@@ -48,6 +50,7 @@ class GateEvidence:
     sha256: str | None
     passed: bool
     in_manifest: bool
+    gates_sha256: str | None = None  # the rules the report says judged it
 
 
 @dataclass
@@ -62,6 +65,8 @@ class CandidateEvidence:
     failures: list[GateFailure] = field(default_factory=list)
     # The shipped engine's determinism check (None: the engine itself failed verification).
     determinism: DeterminismResult | None = None
+    # The gate rules in force at certification (every report must name the same).
+    rules: GateRules | None = None
 
     @property
     def passed(self) -> bool:
@@ -129,6 +134,7 @@ def _evaluate_report(
             problems.append(
                 f"report is for model version {reported_version!r}, not {model_version!r}"
             )
+        problems += _rules_problems(report, evidence.rules)
     if listed is not None and listed.get("sha256") != digest:
         problems.append(
             f"sha256 {digest[:12]} does not match the manifest's "
@@ -136,7 +142,27 @@ def _evaluate_report(
         )
     for problem in problems:
         evidence.failures.append(GateFailure(gate, problem))
-    evidence.gates.append(GateEvidence(gate, key, digest, not problems, listed is not None))
+    evidence.gates.append(
+        GateEvidence(
+            gate, key, digest, not problems, listed is not None, report.get("gates_sha256")
+        )
+    )
+
+
+def _rules_problems(report: Mapping[str, Any], rules: GateRules | None) -> list[str]:
+    """A report judged under other gate rules than those in force (or naming none) cannot be
+    vouched for under these: a certificate says which rules certified it."""
+    if rules is None:
+        return []
+    judged = report.get("gates_sha256")
+    if not judged:
+        return ["report does not name the gate rules it was judged under (no gates_sha256)"]
+    if judged != rules.sha256:
+        return [
+            f"judged under gate rules {str(judged)[:12]}, not the rules in force "
+            f"({rules.version} {rules.sha256[:12]}): re-run the gate"
+        ]
+    return []
 
 
 def _evaluate_artifacts(
@@ -206,6 +232,7 @@ def collect_evidence(
         manifest_key=key,
         manifest=None,
         manifest_sha256=sha256_hex(manifest_bytes) if manifest_bytes is not None else None,
+        rules=gate_rules(),
     )
     if manifest_bytes is None:
         evidence.failures.append(GateFailure(ARTIFACTS_GATE, f"candidate manifest missing ({key})"))

@@ -317,7 +317,24 @@ def _lineage_table(found: Lineage) -> Any:
     table.add_row("certificate", escape(found.certificate_status))
     if found.certificate:
         table.add_row("certified at", str(found.certificate.get("issued_at")))
+        rules = found.certificate.get("gates") or {}
+        table.add_row(
+            "gate rules",
+            f"gates.yaml {rules.get('gates_version', '?')} sha256 "
+            f"{rules.get('gates_sha256', 'not recorded (certified before rules were hashed)')}",
+        )
+        for section, figures in sorted((rules.get("calibration") or {}).items()):
+            table.add_row(f"calibration ({section})", escape(_calibration_text(figures)))
     return table
+
+
+def _calibration_text(figures: Any) -> str:
+    """The error rates a gate configuration states, as one line."""
+    measured = (figures or {}).get("measured") if isinstance(figures, dict) else None
+    shown = measured if isinstance(measured, dict) else figures
+    if not isinstance(shown, dict):
+        return str(shown)
+    return ", ".join(f"{k} {v}" for k, v in shown.items() if not isinstance(v, dict | list))
 
 
 def _commits_table(found: Lineage) -> Any:
@@ -345,6 +362,7 @@ def _reports_table(found: Lineage) -> Any:
         "verdict",
         _folding("sha256"),
         _folding("report"),
+        _folding("judged under gates"),
         title="reports that certified it",
     )
     for gate, entry in sorted(found.reports.items()):
@@ -353,9 +371,10 @@ def _reports_table(found: Lineage) -> Any:
             "pass" if entry.get("passed") else "FAIL",
             str(entry.get("sha256")),
             escape(str(entry.get("key"))),
+            str(entry.get("gates_sha256") or "not recorded"),
         )
     if not found.reports:
-        reports.add_row("—", "not certified", "", "")
+        reports.add_row("—", "not certified", "", "", "")
     return reports
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from aiinfra_pipelines.datasets.manifest import build_manifest
+from aiinfra_pipelines.gate_rules import gate_rules
 from aiinfra_pipelines.lake.layout import PRODUCTION_POINTER_KEY
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import publish_objects
@@ -74,7 +75,16 @@ def publish_dataset(
 
 
 def report(gate: str, model_version: str, passed: bool, **extra: Any) -> bytes:
-    return as_bytes({"gate": gate, "model_version": model_version, "passed": passed, **extra})
+    """A gate report as the gate publishes it, judged under the gate rules in force."""
+    return as_bytes(
+        {
+            "gate": gate,
+            "model_version": model_version,
+            "passed": passed,
+            "gates_sha256": gate_rules().sha256,
+            **extra,
+        }
+    )
 
 
 def publish_candidate(
