@@ -1,4 +1,4 @@
-"""The benchmark set: held-out logs per slice, frozen across dataset versions.
+"""The benchmark set: held-out drives' logs per slice, frozen across dataset versions.
 
 A benchmark is only useful if it stays put: metrics of two models are comparable only on the
 same frames, and a benchmark that drifts with every new batch would let a regression hide behind
@@ -14,10 +14,11 @@ a membership change. So the manifest is the source of truth, and ``freeze_benchm
 Every membership change bumps ``version`` (``benchmark-v0001``, ``benchmark-v0002`` …).
 Benchmark logs never enter training: ``exclude_benchmark`` drops them from any frame table.
 
-Per slice with ``n`` logs the selection holds out ``max(min_logs_per_slice,
-round_half_up(fraction * n))`` logs, capped at ``n - 1`` so the slice is still trained on. A
-slice with a single log therefore stays uncovered (listed in ``uncovered_slices``) until more of
-its logs arrive; then the next ``freeze_benchmark`` covers it.
+Per slice with ``n`` drives the selection holds out ``max(min_logs_per_slice,
+round_half_up(fraction * n))`` whole drives (every log of each), capped at ``n - 1`` so the
+slice is still trained on. A slice driven once therefore stays uncovered (listed in
+``uncovered_slices``) until another drive of it arrives; then the next ``freeze_benchmark``
+covers it. Tables without drive ids (``drives.log_drives``) count logs instead.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ from typing import Any
 import pandas as pd
 
 from .grouping import (
+    DRIVE_COLUMN,
     LOG_COLUMN,
     log_slices,
-    logs_by_slice,
     require_columns,
     round_half_up,
     shuffled,
+    unit_logs,
+    units_by_slice,
 )
 
 BENCHMARK_VERSION_PREFIX = "benchmark-v"
@@ -58,22 +61,27 @@ def select_benchmark_logs(
 ) -> dict[str, list[str]]:
     """``slice → sorted held-out log ids`` chosen from ``frames`` (see module docstring).
 
-    ``exclude_logs`` are logs that may not be held out (typically logs some model already trained
-    on: putting them in the benchmark would score that model on its own training data). They
-    still count towards the slice's log total. Slices that get no log are omitted.
+    Whole drives are held out (with a ``drive_id`` column; else single logs): every log of a
+    chosen drive joins the benchmark, and the counts (``fraction``, ``min_logs_per_slice``)
+    are of drives. ``exclude_logs`` are logs that may not be held out (typically logs some
+    model already trained on: putting them in the benchmark would score that model on its own
+    training data); a drive with any such log is not held out. They still count towards the
+    slice's total. Slices that get no log are omitted.
     """
     if not 0.0 <= float(fraction) < 1.0:
         raise ValueError(f"benchmark fraction must be in [0, 1), got {fraction}")
     if int(min_logs_per_slice) < 0:
         raise ValueError(f"min_logs_per_slice must be >= 0, got {min_logs_per_slice}")
     excluded = {str(log) for log in exclude_logs}
+    logs_of = unit_logs(frames) if len(frames) else {}
     selected: dict[str, list[str]] = {}
-    for slice_, logs in logs_by_slice(frames).items():
-        wanted = max(int(min_logs_per_slice), round_half_up(fraction * len(logs)))
-        candidates = [log for log in logs if log not in excluded]
-        k = min(wanted, len(logs) - 1, len(candidates))
+    for slice_, units in units_by_slice(frames).items():
+        wanted = max(int(min_logs_per_slice), round_half_up(fraction * len(units)))
+        candidates = [u for u in units if not excluded.intersection(logs_of[u])]
+        k = min(wanted, len(units) - 1, len(candidates))
         if k > 0:
-            selected[slice_] = sorted(shuffled(candidates, seed, f"benchmark:{slice_}")[:k])
+            chosen = shuffled(candidates, seed, f"benchmark:{slice_}")[:k]
+            selected[slice_] = sorted(log for unit in chosen for log in logs_of[unit])
     return selected
 
 
@@ -83,10 +91,14 @@ def benchmark_log_ids(manifest: Mapping[str, Any]) -> set[str]:
 
 
 def exclude_benchmark(frames: pd.DataFrame, benchmark_manifest: Mapping[str, Any]) -> pd.DataFrame:
-    """``frames`` without any benchmark log: what training and validation may use."""
+    """``frames`` without any benchmark log — nor, with a ``drive_id`` column, any log of a
+    drive the benchmark holds a log of (a segment landing later, or a benchmark made before
+    drives were the unit): what training and validation may use."""
     require_columns(frames, (LOG_COLUMN,), "exclude_benchmark")
-    held_out = benchmark_log_ids(benchmark_manifest)
-    return frames.loc[~frames[LOG_COLUMN].astype(str).isin(held_out)].reset_index(drop=True)
+    held_out = frames[LOG_COLUMN].astype(str).isin(benchmark_log_ids(benchmark_manifest))
+    if DRIVE_COLUMN in frames.columns:
+        held_out |= frames[DRIVE_COLUMN].isin(set(frames.loc[held_out, DRIVE_COLUMN]))
+    return frames.loc[~held_out].reset_index(drop=True)
 
 
 def benchmark_frames(frames: pd.DataFrame, benchmark_manifest: Mapping[str, Any]) -> pd.DataFrame:
@@ -163,7 +175,7 @@ def freeze_benchmark(
     params = _selection_params(existing_manifest, fraction, seed, min_logs_per_slice)
     add, remove = _membership_change(add_logs, remove_logs, reason)
     excluded = {str(log) for log in exclude_logs}
-    seen = logs_by_slice(new_frames)
+    seen = units_by_slice(new_frames)
     history = _History.of(existing_manifest)
     slices, retired = history.slices, history.retired
     pending: list[dict[str, Any]] = []

@@ -1,7 +1,9 @@
 """Helpers shared by the split, benchmark and calibration logic.
 
-Logs, not frames, are the unit of every dataset decision: consecutive frames of one drive are
-near-duplicates, so a log that contributes to both training and evaluation would leak.
+Drives, not frames or logs, are the unit of every hold-out decision: consecutive frames of one
+drive are near-duplicates, and so are the consecutive logs a car cuts one drive into, so a
+drive that contributes to both training and evaluation would leak. Tables without a
+``drive_id`` column (a drive per log: :mod:`.drives`) fall back to the log as the unit.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pandas as pd
 
 LOG_COLUMN = "log_id"
 SLICE_COLUMN = "slice"
+DRIVE_COLUMN = "drive_id"
 
 
 def require_columns(frames: pd.DataFrame, columns: Iterable[str], what: str) -> None:
@@ -72,3 +75,42 @@ def shuffled(items: list[str], seed: int, key: str) -> list[str]:
     ordered = sorted(items)
     order = seeded_rng(seed, key).permutation(len(ordered))
     return [ordered[i] for i in order]
+
+
+def unit_column(frames: pd.DataFrame) -> str:
+    """What a hold-out decision moves as a whole: the drive where known, else the log."""
+    return DRIVE_COLUMN if DRIVE_COLUMN in frames.columns else LOG_COLUMN
+
+
+def units_by_slice(frames: pd.DataFrame) -> dict[str, list[str]]:
+    """``slice → sorted units`` (drives, or logs without drive ids); a unit's slice is the most
+    frequent slice of its frames (ties: alphabetically first)."""
+    unit = unit_column(frames)
+    if unit == LOG_COLUMN:
+        return logs_by_slice(frames)
+    per_log = log_slices(frames)
+    counts = (
+        frames.assign(**{SLICE_COLUMN: frames[LOG_COLUMN].astype(str).map(per_log)})
+        .groupby([unit, SLICE_COLUMN], sort=True)
+        .size()
+        .rename("n")
+        .reset_index()
+        .sort_values([unit, "n", SLICE_COLUMN], ascending=[True, False, True], kind="stable")
+        .drop_duplicates(unit, keep="first")
+    )
+    grouped: dict[str, list[str]] = {}
+    for value, slice_ in zip(counts[unit], counts[SLICE_COLUMN], strict=True):
+        grouped.setdefault(str(slice_), []).append(str(value))
+    return {slice_: sorted(units) for slice_, units in sorted(grouped.items())}
+
+
+def unit_logs(frames: pd.DataFrame) -> dict[str, list[str]]:
+    """``unit → sorted log ids`` (a log is its own unit without drive ids)."""
+    unit = unit_column(frames)
+    if unit == LOG_COLUMN:
+        return {str(log): [str(log)] for log in frames[LOG_COLUMN].unique()}
+    pairs = frames[[unit, LOG_COLUMN]].astype(str).drop_duplicates()
+    grouped: dict[str, list[str]] = {}
+    for value, log in zip(pairs[unit], pairs[LOG_COLUMN], strict=True):
+        grouped.setdefault(value, []).append(log)
+    return {value: sorted(logs) for value, logs in grouped.items()}

@@ -19,6 +19,7 @@ from aiinfra_pipelines.lake.layout import DATASETS_PREFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 
 from .benchmark import benchmark_log_ids, exclude_benchmark, freeze_benchmark
+from .drives import with_drives
 from .manifest import dataset_logs
 from .settings import DatasetSettings, SelectionSettings, TrainingSelection
 from .split import SPLIT_COLUMN
@@ -36,6 +37,9 @@ REFERENCE_COLUMNS = [
     "frames_object",
     "source_commit",
 ]
+# What dataset rows carry: a reference row and the drive it belongs to (datasets.drives), the
+# unit splits and the benchmark hold out.
+ROW_COLUMNS = [*REFERENCE_COLUMNS, "drive_id"]
 
 
 def has_ground_truth(index: pd.DataFrame) -> pd.Series:
@@ -51,18 +55,19 @@ def has_ground_truth(index: pd.DataFrame) -> pd.Series:
 
 
 def published_index(lake: VersionedLake) -> pd.DataFrame:
-    """The scene index on ``main``; raises when nothing has been ingested yet."""
+    """The scene index on ``main`` with each log's drive (``drives.log_drives``); raises when
+    nothing has been ingested yet."""
     index = scene_index_view(lake)
     if index.empty:
         raise ValueError("no published scene index on main: ingest drive logs first")
-    return index
+    return with_drives(index, DatasetSettings.load().drive_max_gap_s)
 
 
 def published_frames(lake: VersionedLake) -> pd.DataFrame:
     """Reference rows of every frame published to ``main`` by ingestion that can be labelled
     (``has_ground_truth``): what benchmark and training rows are drawn from."""
     index = published_index(lake)
-    return index.loc[has_ground_truth(index), REFERENCE_COLUMNS]
+    return index.loc[has_ground_truth(index), ROW_COLUMNS]
 
 
 def trained_logs(lake: VersionedLake) -> set[str]:
@@ -265,8 +270,8 @@ def training_rows(
     index = published_index(lake)
     labelled = has_ground_truth(index)
     frames, no_truth = (
-        index.loc[labelled, REFERENCE_COLUMNS],
-        index.loc[~labelled, REFERENCE_COLUMNS],
+        index.loc[labelled, ROW_COLUMNS],
+        index.loc[~labelled, ROW_COLUMNS],
     )
     for condition, values in exclude.items():
         frames = frames[~frames[condition].isin(values)]

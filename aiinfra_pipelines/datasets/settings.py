@@ -27,23 +27,30 @@ class DatasetSettings:
     val_fraction: float
     benchmark_fraction: float
     min_benchmark_logs_per_slice: int
+    # A vehicle's logs are one drive while each starts within this many seconds of the end of
+    # the one before (datasets.drives): the unit splits and the benchmark hold out.
+    drive_max_gap_s: float
 
     @classmethod
     def load(cls, config: Mapping[str, Any] | None = None) -> DatasetSettings:
         """From ``datasets.yaml`` (or an already loaded mapping, for tests)."""
         datasets = settings_section(CONFIG_FILE, "", config)
         split, benchmark = datasets.section("split"), datasets.section("benchmark")
-        settings = cls(
-            seed=datasets.int("seed"),
-            val_fraction=split.float("val_fraction"),
-            benchmark_fraction=benchmark.float("fraction"),
-            min_benchmark_logs_per_slice=benchmark.int("min_logs_per_slice"),
+        val_fraction, benchmark_fraction = (
+            split.float("val_fraction"),
+            benchmark.float("fraction"),
         )
-        if not 0.0 < settings.val_fraction < 1.0:
-            raise split.error("val_fraction", f"must be in (0, 1): {settings}")
-        if not 0.0 <= settings.benchmark_fraction < 1.0:
-            raise benchmark.error("fraction", f"must be in [0, 1): {settings}")
-        return settings
+        if not 0.0 < val_fraction < 1.0:
+            raise split.error("val_fraction", f"must be in (0, 1), got {val_fraction}")
+        if not 0.0 <= benchmark_fraction < 1.0:
+            raise benchmark.error("fraction", f"must be in [0, 1), got {benchmark_fraction}")
+        return cls(
+            seed=datasets.int("seed"),
+            val_fraction=val_fraction,
+            benchmark_fraction=benchmark_fraction,
+            min_benchmark_logs_per_slice=benchmark.int("min_logs_per_slice"),
+            drive_max_gap_s=datasets.section("drives").float("max_gap_s"),
+        )
 
 
 @dataclass(frozen=True)
