@@ -25,6 +25,7 @@ from aiinfra_pipelines.fleet.perception import fill_missing_lanes
 from aiinfra_pipelines.perception.contract import PerceptionSpec, perception_spec
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
+from .frame_scores import FrameScores
 from .slices import evaluate_by_slice
 
 
@@ -68,6 +69,13 @@ def score_baselines(
     baselines: Baselines, frames: pd.DataFrame, spec: PerceptionSpec | None = None
 ) -> pd.DataFrame:
     """The baselines' ``evaluate_by_slice`` table on ``frames`` (the benchmark)."""
+    return scored_baselines(baselines, frames, spec)[0]
+
+
+def scored_baselines(
+    baselines: Baselines, frames: pd.DataFrame, spec: PerceptionSpec | None = None
+) -> tuple[pd.DataFrame, FrameScores]:
+    """(``evaluate_by_slice`` table, per-frame scores) of the baselines on ``frames``."""
     spec = spec or perception_spec()
     occupancy_target, gap_target = ground_truth_labels(frames, spec)
     n = len(frames)
@@ -77,4 +85,8 @@ def score_baselines(
         frames["lane_count"].to_numpy(),
     )
     gap = np.full(n, baselines.mean_lead_gap, dtype=np.float64)
-    return evaluate_by_slice(frames, occupancy, occupancy_target, gap, gap_target, spec.max_range_m)
+    table = evaluate_by_slice(
+        frames, occupancy, occupancy_target, gap, gap_target, spec.max_range_m
+    )
+    scores = FrameScores.of(occupancy, occupancy_target, gap, gap_target, spec.max_range_m)
+    return table, scores

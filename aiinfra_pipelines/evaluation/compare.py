@@ -11,6 +11,15 @@ the slice name; an override may set only some metrics.
 ``regression`` is signed so that positive means worse, whatever the metric's direction:
 ``production - candidate`` for accuracy/F1 (higher is better), ``candidate - production`` for
 MAE (lower is better). ``delta`` is always ``candidate - production``.
+
+A budget alone is a point estimate against a threshold: on a 50-frame slice run-to-run noise
+crosses a 2 m MAE budget in both directions. Given the per-frame scores of both models on the
+benchmark (``evidence``, :class:`.frame_scores.PairedFrames`), a gated row fails only when its
+regression exceeds the budget *and* a paired bootstrap over its frames shows it beyond chance
+(``offline.significance``: Holm over every gated row and metric at ``alpha``). A first release
+is judged the same way: a row fails when the candidate falls short of beating the baseline by
+the margin and that shortfall is beyond chance. Without per-frame evidence (a table-only
+caller) the budgets alone decide, which only ever refuses more.
 """
 
 from __future__ import annotations
@@ -23,13 +32,12 @@ from typing import Any
 
 import pandas as pd
 
+from aiinfra_pipelines.statistics.multiplicity import holm_level, holm_rejections
+
+from .frame_scores import HIGHER_IS_BETTER, PairedFrames
+from .paired_bootstrap import row_tests
 from .slices import METRIC_COLUMNS
 
-HIGHER_IS_BETTER: dict[str, bool] = {
-    "occupancy_accuracy": True,
-    "occupancy_f1": True,
-    "lead_gap_mae_m": False,
-}
 TABLE_COLUMNS: tuple[str, ...] = (
     "slice",
     "kind",
@@ -42,6 +50,9 @@ TABLE_COLUMNS: tuple[str, ...] = (
     "budget",
     "gated",
     "passed",
+    "standard_error",
+    "p_value",
+    "level",
 )
 NO_PRODUCTION_NOTE = (
     "no production model yet: nothing to regress against, the candidate passes; "
@@ -167,12 +178,32 @@ def baseline_margin(metric: str, baseline_value: float, gates: Mapping[str, Any]
     return min(floors[metric], float(share) * max(0.0, error))
 
 
+@dataclass(frozen=True)
+class OfflineSignificance:
+    """``offline.significance``: the family-wise level of the per-row tests and the bootstrap's
+    resamples (``None`` from :meth:`load` when not configured: budgets alone)."""
+
+    alpha: float
+    resamples: int
+
+    @classmethod
+    def load(cls, offline: Mapping[str, Any]) -> OfflineSignificance | None:
+        section = offline.get("significance")
+        if not section:
+            return None
+        alpha = float(section["alpha"])
+        if not 0.0 < alpha < 1.0:
+            raise ValueError(f"gates.yaml offline.significance.alpha must be in (0, 1): {alpha}")
+        return cls(alpha=alpha, resamples=int(section["bootstrap_resamples"]))
+
+
 def compare_with_production(
     candidate: pd.DataFrame,
     production: pd.DataFrame | None,
     gates: Mapping[str, Any],
     *,
     baseline: pd.DataFrame | None = None,
+    evidence: PairedFrames | None = None,
 ) -> Comparison:
     """Gate ``candidate`` against ``production`` (both ``evaluate_by_slice`` tables).
 
@@ -184,7 +215,9 @@ def compare_with_production(
     ``budget`` is the negated margin (regression must be at most ``-margin``). Without a
     baseline (or without configured margins) the comparison passes with a note and only
     lists the candidate's metrics. A slice the reference was measured on but the candidate was
-    not is a failure: a candidate cannot pass by not being evaluated.
+    not is a failure: a candidate cannot pass by not being evaluated. ``evidence``: both
+    models' per-frame scores against the reference used here (production, or the baseline on
+    a first release), for the significance of each gated row (module docstring).
     """
     offline = offline_gates(gates)
     has_production = production is not None
@@ -213,6 +246,14 @@ def compare_with_production(
     table, failures, more_notes = _gate(
         candidate, reference, name, budget_of, int(offline.get("min_slice_frames", 0))
     )
+    significance = OfflineSignificance.load(offline)
+    if evidence is not None and significance is not None and reference is not None:
+        failures = _beyond_chance(table, evidence, significance, first_release=name == "baseline")
+        more_notes.append(
+            f"a gated row fails only beyond chance: paired bootstrap over its frames "
+            f"({significance.resamples} resamples), Holm over {int(table['gated'].sum())} "
+            f"gated row-metrics at {significance.alpha:g}"
+        )
     return Comparison(
         table=table,
         passed=not failures,
@@ -276,6 +317,68 @@ def _gate(
     return table, failures, notes
 
 
+def _beyond_chance(
+    table: pd.DataFrame,
+    evidence: PairedFrames,
+    significance: OfflineSignificance,
+    *,
+    first_release: bool,
+) -> list[str]:
+    """Re-judge every gated row in place (``passed``, ``standard_error``, ``p_value``,
+    ``level``): over its budget *and* beyond chance. Returns the failures."""
+    tests: dict[int, Any] = {}
+    gated = table[table["gated"] & table["candidate"].map(_finite)]
+    for slice_, rows in gated.groupby("slice", sort=False):
+        offsets = {
+            str(row.metric): float(row.budget) if first_release else 0.0
+            for row in rows.itertuples()
+        }
+        found = row_tests(evidence, str(slice_), offsets, resamples=significance.resamples)
+        for index, row in rows.iterrows():
+            if str(row["metric"]) in found:
+                tests[index] = found[str(row["metric"])]
+    p_values = {index: test.p_value for index, test in tests.items()}
+    rejected = holm_rejections(p_values, significance.alpha) if p_values else {}
+    failures = []
+    for index, row in table.iterrows():
+        if not row["gated"]:
+            continue
+        if index not in tests:  # not evaluated on the candidate: fails as before
+            if not row["passed"]:
+                reference = "baseline" if first_release else "production"
+                failures.append(
+                    f"{row['slice']} {row['metric']}: candidate not evaluated "
+                    f"({reference} {row['production']:.3f})"
+                )
+            continue
+        test = tests[index]
+        level = holm_level(p_values, index, significance.alpha)
+        over = bool(row["regression"] > row["budget"] + _TOLERANCE)
+        passed = not (over and index in rejected)
+        table.loc[index, ["standard_error", "p_value", "level", "passed"]] = [
+            test.standard_error,
+            test.p_value,
+            level,
+            passed,
+        ]
+        if not passed:
+            failures.append(
+                _failure(
+                    row["slice"],
+                    row["metric"],
+                    row["candidate"],
+                    row["production"],
+                    row["delta"],
+                    row["budget"],
+                    int(row["frames"]),
+                    "baseline" if first_release else "production",
+                )
+                + f"; beyond chance: p = {test.p_value:.2g} <= Holm level {level:.2g}"
+                f" (bootstrap SE {test.standard_error:.3f})"
+            )
+    return failures
+
+
 def _metric_row(
     slice_: str,
     kind: str,
@@ -309,6 +412,9 @@ def _metric_row(
         "budget": budget if budget is not None else float("nan"),
         "gated": gated,
         "passed": passed,
+        "standard_error": float("nan"),
+        "p_value": float("nan"),
+        "level": float("nan"),
     }
 
 

@@ -24,9 +24,10 @@ from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.release.reference import reference_release
 from aiinfra_pipelines.training.resources import load_registered_network, mlflow_tracking_uri
 
-from .baselines import fit_baselines, score_baselines
+from .baselines import fit_baselines, scored_baselines
 from .compare import Comparison, compare_with_production
-from .predict import slice_metrics
+from .frame_scores import PairedFrames
+from .predict import scored_slices
 
 PLOTTED_METRICS = ("occupancy_accuracy", "occupancy_f1", "lead_gap_mae_m")
 # What labels are derived from (perception.labels.ground_truth_labels), keyed by frame.
@@ -105,18 +106,29 @@ def evaluate_offline(
     """The candidate vs the reference release (the one rolling out, else production)."""
     manifest, frames = benchmark_frames(lake)
     network = load_registered_network(trained_model["model_uri"], tracking_uri)
-    candidate = slice_metrics(network, frames)
+    candidate, candidate_scores = scored_slices(network, frames)
     reference = reference_release(lake, excluding=trained_model["model_version"])
-    production = (
-        slice_metrics(load_registered_network(reference["model_uri"], tracking_uri), frames)
+    production, reference_scores = (
+        scored_slices(load_registered_network(reference["model_uri"], tracking_uri), frames)
         if reference and reference.get("model_uri")
-        else None
+        else (None, None)
     )
     # No-camera baselines fitted on the candidate's training split, scored on this benchmark:
     # reported always, and the floors a first release must clear (gates.yaml first_release).
-    baseline = score_baselines(fit_baselines(training_label_frames(lake, trained_model)), frames)
+    baselines = fit_baselines(training_label_frames(lake, trained_model))
+    baseline, baseline_scores = scored_baselines(baselines, frames)
+    slices = frames["slice"].astype(str).to_numpy()
+    evidence = PairedFrames(
+        slices,
+        candidate_scores,
+        baseline_scores if reference_scores is None else reference_scores,
+    )
     comparison = compare_with_production(
-        candidate, production, load_resource_yaml("gates.yaml"), baseline=baseline
+        candidate,
+        production,
+        load_resource_yaml("gates.yaml"),
+        baseline=baseline,
+        evidence=evidence,
     )
     return OfflineEvaluation(manifest["version"], candidate, baseline, reference, comparison)
 

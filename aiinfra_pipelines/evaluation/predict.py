@@ -15,6 +15,7 @@ from aiinfra_pipelines.fleet.perception import fill_missing_lanes
 from aiinfra_pipelines.perception.contract import decode_images, images_to_input, perception_spec
 from aiinfra_pipelines.perception.labels import ground_truth_labels
 
+from .frame_scores import FrameScores
 from .slices import evaluate_by_slice
 
 
@@ -38,7 +39,12 @@ def predict(
 
 
 def slice_metrics(network: Any, frames: pd.DataFrame) -> pd.DataFrame:
-    """``evaluate_by_slice`` of ``network`` against the ground-truth labels of ``frames``.
+    """``evaluate_by_slice`` of ``network`` against the ground-truth labels of ``frames``."""
+    return scored_slices(network, frames)[0]
+
+
+def scored_slices(network: Any, frames: pd.DataFrame) -> tuple[pd.DataFrame, FrameScores]:
+    """(``evaluate_by_slice`` table, per-frame scores) of ``network`` on ``frames``.
 
     Scored as the car uses it: the network's occupancy with the map's missing lanes filled in
     (``fleet.perception.fill_missing_lanes``), the same for every model and for the baselines.
@@ -49,4 +55,8 @@ def slice_metrics(network: Any, frames: pd.DataFrame) -> pd.DataFrame:
     occupancy = fill_missing_lanes(
         occupancy, frames["lane_index"].to_numpy(), frames["lane_count"].to_numpy()
     )
-    return evaluate_by_slice(frames, occupancy, occupancy_target, gap, gap_target, spec.max_range_m)
+    table = evaluate_by_slice(
+        frames, occupancy, occupancy_target, gap, gap_target, spec.max_range_m
+    )
+    scores = FrameScores.of(occupancy, occupancy_target, gap, gap_target, spec.max_range_m)
+    return table, scores

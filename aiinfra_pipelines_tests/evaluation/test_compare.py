@@ -188,3 +188,54 @@ def test_markdown_lists_every_slice_with_its_status(labelled_fleet) -> None:
     assert summary["passed"] is False and summary["failures"] == len(comparison.failures)
     assert summary["slices"] == candidate["slice"].nunique()
     assert not math.isnan(comparison.table["delta"].iloc[0])
+
+
+# -- beyond chance: per-frame evidence (gates.yaml offline.significance) ------------------------
+def _paired(labelled_fleet, noisy_cand, noisy_prod, seeds=(1, 7)):
+    from aiinfra_pipelines.evaluation.frame_scores import FrameScores, PairedFrames
+
+    frames, occupancy, lead_gap, max_range = labelled_fleet
+    tables, scores = [], []
+    for noisy, seed in ((noisy_cand, seeds[1]), (noisy_prod, seeds[0])):
+        prob, gap = _predict(occupancy, lead_gap, noisy, seed)
+        tables.append(evaluate_by_slice(frames, prob, occupancy, gap, lead_gap, max_range))
+        scores.append(FrameScores.of(prob, occupancy, gap, lead_gap, max_range))
+    evidence = PairedFrames(frames["slice"].astype(str).to_numpy(), scores[0], scores[1])
+    return tables[0], tables[1], evidence
+
+
+def test_with_per_frame_evidence_a_regression_over_budget_fails_only_beyond_chance(
+    labelled_fleet,
+) -> None:
+    """A candidate guessing on every night frame fails night, beyond chance, and names the
+    p-value; one guessing on three frames of a 29-frame slice moves that slice's lead-gap MAE
+    over its 2 m budget — the budgets alone refuse it — but within the slice's noise, so with
+    the per-frame evidence it passes."""
+    frames, *_ = labelled_fleet
+    gates = load_resource_yaml("gates.yaml")
+    night = (frames["lighting"] == "night").to_numpy()
+    nobody = np.zeros(len(frames), dtype=bool)
+    candidate, production, evidence = _paired(labelled_fleet, night, nobody)
+    comparison = compare_with_production(candidate, production, gates, evidence=evidence)
+    assert not comparison.passed
+    assert all("beyond chance: p = " in f for f in comparison.failures)
+    assert any(f.startswith("night/*/*") for f in comparison.failures)
+    gated = comparison.table[comparison.table["gated"]]
+    assert gated["p_value"].notna().all() and gated["level"].notna().all()
+    assert any("Holm over" in note for note in comparison.notes)
+
+    small = "day/fog/merge"
+    assert (frames["slice"] == small).sum() == 29
+    three = np.zeros(len(frames), dtype=bool)
+    three[np.flatnonzero((frames["slice"] == small).to_numpy())[:3]] = True
+    candidate, production, evidence = _paired(labelled_fleet, three, nobody, seeds=(1, 1))
+    thresholds = compare_with_production(candidate, production, gates)
+    over = thresholds.table[~thresholds.table["passed"]]
+    assert set(over["slice"]) == {small, "*/*/merge"}, thresholds.failures  # the only merge slice
+    with_evidence = compare_with_production(candidate, production, gates, evidence=evidence)
+    assert with_evidence.passed, with_evidence.failures
+    rows = with_evidence.table.set_index(["slice", "metric"])
+    for row in over.itertuples():
+        judged = rows.loc[(row.slice, row.metric)]
+        assert judged["regression"] > judged["budget"]  # over budget ...
+        assert judged["p_value"] > judged["level"]  # ... within chance
