@@ -8,6 +8,7 @@ import dagster as dg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from aiinfra_pipelines.gate_rules import gate_rules
 from aiinfra_pipelines.lake.layout import candidate_certificate_key
 from aiinfra_pipelines.release.assets_certification import (
     CertificationConfig,
@@ -27,9 +28,11 @@ from aiinfra_pipelines.training.resources import MlflowTracking
 from aiinfra_pipelines_tests.support.release_lake import (
     ALL_GATES,
     mlflow_uri,
+    publish,
     publish_candidate,
     publish_dataset,
     register_versions,
+    report,
     sha,
     tamper,
 )
@@ -91,6 +94,11 @@ def test_all_pass_candidate_is_certified_signed_and_tagged(
     assert body["onnx"]["sha256"] == manifest["onnx"]["sha256"]
     assert set(body["reports"]) == set(ALL_GATES)
     assert all(entry["passed"] for entry in body["reports"].values())
+    # The rules that certified it: every report's and the certificate's gates.yaml hash.
+    rules = gate_rules()
+    assert body["gates"]["gates_sha256"] == rules.sha256
+    assert body["gates"]["calibration"]["simulation"]["measured"]["aa_certified"] >= 0.95
+    assert {entry["gates_sha256"] for entry in body["reports"].values()} == {rules.sha256}
     stored = local_lake.get_object("main", candidate_certificate_key("1"))
     assert body["certificate_sha256"] == sha(stored)
 
@@ -136,6 +144,32 @@ def test_failed_regression_report_is_refused_naming_it(
     assert tags["certification"] == "refused"
     assert tags["certification_failed_gates"] == "regression_simulation"
     assert not result.get_asset_check_evaluations()  # nothing to check: no certificate
+
+
+def test_a_report_judged_under_other_gate_rules_is_refused_naming_it(local_lake):
+    """Rules identified: a report that another gates.yaml judged cannot be vouched for under
+    this one (nor one that names no rules, from before reports recorded them)."""
+    publish_candidate(local_lake, "1", seed=1)
+    other = report("regression_simulation", "1", True, gates_sha256="0" * 64)
+    nameless = json.loads(report("offline_eval", "1", True))
+    del nameless["gates_sha256"]
+    publish(
+        local_lake,
+        {
+            "candidates/1/reports/regression_simulation.json": other,
+            "candidates/1/reports/offline_eval.json": json.dumps(nameless).encode(),
+        },
+        "reports judged under other rules",
+    )
+    evidence = collect_evidence(local_lake, "1")
+    reasons: dict[str, list[str]] = {}
+    for failure in evidence.failures:
+        reasons.setdefault(failure.gate, []).append(failure.reason)
+    assert any(
+        r.startswith("judged under gate rules 000000000000")
+        for r in reasons["regression_simulation"]
+    )
+    assert any("no gates_sha256" in r for r in reasons["offline_eval"])
 
 
 def test_every_failed_gate_is_named_in_one_refusal(local_lake, release_keys):

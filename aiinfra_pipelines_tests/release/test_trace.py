@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from aiinfra_pipelines.cli import app
 from aiinfra_pipelines.fleet.vehicles import build_fleet
+from aiinfra_pipelines.gate_rules import gate_rules
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.release.certificate import certify_candidate
 from aiinfra_pipelines.release.cohorts import in_cohort
@@ -85,6 +86,11 @@ def test_trace_a_model_version_to_its_data_and_reports(released):
         assert gate in out
     assert out.count(" pass ") >= 4
     assert released["production"]["ship"]["sha256"] in out
+    # Which rules certified it, and the error rates they state.
+    rules = gate_rules()
+    flat = " ".join(out.split())
+    assert f"gates.yaml {rules.version} sha256" in flat
+    assert "calibration (simulation)" in flat and "aa_certified" in flat
 
 
 def test_trace_an_engine_hash_prefix_to_its_model(released):

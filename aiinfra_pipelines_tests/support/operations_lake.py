@@ -26,6 +26,7 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
+from aiinfra_pipelines.gate_rules import gate_rules
 from aiinfra_pipelines.ingest.resources import AnonymizationKey
 from aiinfra_pipelines.ingest.tables import frames_table, scene_index_table, trigger_rule_names
 from aiinfra_pipelines.lake.io_manager import LakeIOManager, asset_object_base, parquet_bytes
@@ -155,7 +156,12 @@ def publish_candidate(
     objects = {f"{base}/fp32.onnx": engine, f"{base}/int8.onnx": engine}
     reports = {}
     for gate in required_gates():
-        report = {"gate": gate, "model_version": model_version, "passed": True}
+        report = {
+            "gate": gate,
+            "model_version": model_version,
+            "passed": True,
+            "gates_sha256": gate_rules().sha256,  # judged under the rules in force
+        }
         if reference_version is not None and gate in REFERENCE_GATES:
             report["reference_version"] = reference_version
         data = as_bytes(report)
