@@ -25,13 +25,15 @@ def log_drives(index: pd.DataFrame, max_gap_s: float) -> dict[str, str]:
     """``log_id → drive id`` for every log of a scene-index table.
 
     A log without a vehicle (an index that never recorded one) is a drive of its own: nothing
-    says which other logs it belongs with. Drive ids hash the vehicle and the drive's first
-    log, so they are stable as later logs join the lake.
+    says which other logs it belongs with. A drive's id hashes its first log's id — not the
+    vehicle's pseudonym, which depends on the anonymization key, so the same logs give the
+    same drive ids (and the same seeded splits) on every machine, and ids are stable as later
+    logs join the lake.
     """
     if index.empty:
         return {}
     if VEHICLE_COLUMN not in index.columns or TIME_COLUMN not in index.columns:
-        return {str(log): _drive_id("", str(log)) for log in index["log_id"].unique()}
+        return {str(log): _drive_id(str(log)) for log in index["log_id"].unique()}
     spans = (
         index.groupby("log_id", sort=False)
         .agg(
@@ -49,7 +51,7 @@ def log_drives(index: pd.DataFrame, max_gap_s: float) -> dict[str, str]:
         for row in logs.itertuples(index=False):
             log_id = str(row.log_id)
             if not vehicle or drive_end is None or int(row.start) - drive_end > gap_ns:
-                current, drive_end = _drive_id(str(vehicle), log_id), int(row.end)
+                current, drive_end = _drive_id(log_id), int(row.end)
             else:
                 drive_end = max(drive_end, int(row.end))
             drives[log_id] = current
@@ -62,5 +64,5 @@ def with_drives(index: pd.DataFrame, max_gap_s: float) -> pd.DataFrame:
     return index.assign(**{DRIVE_COLUMN: index["log_id"].astype(str).map(drives)})
 
 
-def _drive_id(vehicle: str, first_log: str) -> str:
-    return "drive-" + hashlib.sha256(f"{vehicle}|{first_log}".encode()).hexdigest()[:16]
+def _drive_id(first_log: str) -> str:
+    return "drive-" + hashlib.sha256(first_log.encode()).hexdigest()[:16]

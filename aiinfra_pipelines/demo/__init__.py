@@ -29,6 +29,7 @@ from .daemon import DaemonProcess
 from .overlay import use_demo_resources
 from .report import DemoSummary
 from .settings import DemoSettings
+from .state import set_aside_previous_run
 from .waiting import Deadline
 
 GPU_POOL = "gpu"
@@ -59,6 +60,9 @@ def run_demo(
         timeout_s=timeout_s or defaults.timeout_s,
     )
     deadline = Deadline.after(settings.timeout_s)
+    previous = set_aside_previous_run(dagster_home())
+    if previous is not None:
+        console.print(f"an earlier run's state was moved to {previous}; this demo starts afresh")
     resources = use_demo_resources(dagster_home())
     console.print(f"demo configuration: {resources} (resources/ with resources/demo.yaml applied)")
 
