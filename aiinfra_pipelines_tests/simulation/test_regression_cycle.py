@@ -291,6 +291,43 @@ def test_cycle_publishes_report_records_and_mlflow_artifact(cycle, sensor_cycle)
     assert report["calibration"]["simulation"] is not None
 
 
+@pytest.fixture(scope="module")
+def replayed_report(cycle, sensor_cycle, tmp_path_factory):
+    """Candidate 1's report made again on another lake from the same fleet tables and engine:
+    another machine, another day, other lake commit ids — and no cached outcome."""
+    root = tmp_path_factory.mktemp("sim-replay")
+    lake = LocalLake(root=str(root / "lake"))
+    lake.ensure_repository()
+    tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
+    resources = simulation_resources(lake, tracking_uri)
+    publish_fleet_tables(lake, LOGS, "fleet-tables-replay")
+    run_id = new_mlflow_run(tracking_uri, root / "mlruns")
+    publish_candidate(lake, "1", perception_net_onnx(seed=3), run_id)
+    (root / "dagster").mkdir()
+    with dg.instance_for_test(temp_dir=str(root / "dagster")) as instance:
+        assert materialize(instance, resources, "scenario_library").success
+        for shard in SHARDS:
+            assert materialize(
+                instance,
+                resources,
+                "regression_simulation",
+                partition_key=shard,
+                model_version="1",
+            ).success
+        assert materialize(instance, resources, "regression_report", model_version="1").success
+    return lake.get_object(MAIN_BRANCH, report_key("1"))
+
+
+def test_the_same_engines_on_the_same_library_give_the_same_report(
+    cycle, sensor_cycle, replayed_report
+):
+    """Seeds are a pure function of content and nothing in a report depends on when or how
+    fast it ran: the report is the same bytes, whatever commit ids the lakes gave."""
+    original = cycle["lake"].get_object(sensor_cycle["commit"], report_key("1"))
+    assert json.loads(original)["scenarios"], "an empty report proves nothing"
+    assert replayed_report == original
+
+
 def _release_cautious_production(lake) -> None:
     """A released production engine (the cautious untrained network, as model version 1)."""
     key = "release/engines/cautious.onnx"
