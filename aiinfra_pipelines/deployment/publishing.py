@@ -76,6 +76,8 @@ def offline_report(offline_eval: Mapping[str, Any], version: str) -> dict[str, A
         "benchmark_version": offline_eval.get("benchmark_version"),
         "mlflow_run_id": offline_eval.get("mlflow_run_id"),
         "candidate": offline_eval.get("candidate", []),
+        # The rules it was judged under (gate_rules), as every gate report names them.
+        **{key: offline_eval.get(key) for key in ("gates_version", "gates_sha256", "calibration")},
     }
 
 

@@ -94,10 +94,10 @@ def _zero_tolerance_parity(name: str, config: dict) -> None:
 def _int8_loses_a_slice(name: str, config: dict) -> None:
     _short_training(name, config)
     if name == "gates.yaml":
-        # A millimetre of mean lead-gap difference: FP16 stays within it (0.4 mm on this
-        # candidate), INT8 does not (1.5 to 70 mm per slice). The quantization gate keeps its
-        # own budget, so INT8 is built and then loses the parity gate.
-        config["deployment"]["parity"]["budgets"]["lead_gap_diff_m"] = 0.001
+        # A centimetre of mean lead-gap difference: FP16 stays within it (at most 3.2 mm per
+        # gated row on this candidate), INT8 does not (5.6 to 75 cm). The quantization gate
+        # keeps its own budget, so INT8 is built and then loses the parity gate.
+        config["deployment"]["parity"]["budgets"]["lead_gap_diff_m"] = 0.01
 
 
 @pytest.fixture(scope="module")
@@ -117,10 +117,13 @@ def deployed(tmp_path_factory):
         pytest.MonkeyPatch.context() as env,
     ):
         env.setenv("AIINFRA_RESOURCES", str(short))
-        # Eight logs that cover every lighting, weather and road type, two slices with two logs
-        # (so the benchmark holds frames the model never trained on): the smallest real lake
-        # state the calibration and benchmark sets accept.
-        ingest_and_mine(instance, resources, "deploy", drive_fleet(4, 2, seed=36))
+        # Twelve drives that cover every lighting, weather and road type, a day slice and a
+        # night slice driven twice each (so the benchmark holds a whole drive of each the
+        # model never trained on): a small real lake state the calibration and benchmark sets
+        # accept, whose three-epoch candidate PTQ holds (QAT's path is test_qat.py's). Since
+        # datasets hold out whole drives, not logs, the former eight drives (seed 36) left the
+        # benchmark two drives of two slices, and their candidate needed QAT.
+        ingest_and_mine(instance, resources, "deploy", drive_fleet(4, 3, seed=37))
         training = run_training_cycle(instance, resources)
         assert training.success
         env.setenv("AIINFRA_RESOURCES", str(strict))
@@ -268,6 +271,12 @@ def test_reports_hold_the_numbers_behind_the_verdicts(deployed):
         assert 0.5 < stats["peak_memory_mb"] < 256
     offline = lake.get_json(MAIN_BRANCH, f"candidates/{version}/reports/offline_eval.json")
     assert offline["passed"] is True and offline["candidate"]
+    # Every report names the gate rules it was judged under (certification requires it).
+    judged = {
+        lake.get_json(MAIN_BRANCH, f"candidates/{version}/reports/{gate}.json")["gates_sha256"]
+        for gate in REPORTS
+    }
+    assert len(judged) == 1 and len(next(iter(judged))) == 64
 
 
 def test_the_registry_version_carries_lineage_and_engine_hashes(deployed):
