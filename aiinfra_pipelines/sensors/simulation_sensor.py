@@ -59,9 +59,14 @@ def sensor_interval_s() -> int:
     return SimulationSensorSettings.load().interval_s
 
 
-def regression_run_config(model_version: str, assets: Sequence[str]) -> dict[str, Any]:
-    """Run config pinning every simulation asset of a run to one candidate."""
-    return {"ops": {name: {"config": {"model_version": model_version}} for name in assets}}
+def regression_run_config(
+    model_version: str, assets: Sequence[str], **pinned: str
+) -> dict[str, Any]:
+    """Run config pinning every simulation asset of a run to one candidate (and whatever else
+    ``pinned`` names, e.g. a shard's ``library_commit``)."""
+    return {
+        "ops": {name: {"config": {"model_version": model_version, **pinned}} for name in assets}
+    }
 
 
 def _request(
@@ -108,6 +113,9 @@ def plan_regression_runs(
             f"scenario library refresh for candidate {version}",
         )
 
+    # The library the shards simulate, pinned by the commit it was read at: a shard run
+    # that starts later still simulates what the sensor saw refreshed for this candidate.
+    library_commit = lake.resolve_ref(MAIN_BRANCH)
     pending = [shard for shard in shard_keys if not _shard_done(lake, shard, version, library)]
     if pending:
         requests, waiting = [], []
@@ -122,7 +130,9 @@ def plan_regression_runs(
                         version,
                         "shard",
                         partition_key=shard,
-                        run_config=regression_run_config(version, ["regression_simulation"]),
+                        run_config=regression_run_config(
+                            version, ["regression_simulation"], library_commit=library_commit
+                        ),
                     )
                 )
             elif status in FAILED:

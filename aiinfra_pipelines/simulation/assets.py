@@ -77,6 +77,14 @@ class RegressionConfig(dg.Config):
     model_version: str = ""
 
 
+class ShardConfig(RegressionConfig):
+    """A shard's candidate and the commit its scenario library is read at (empty = ``main``):
+    the sensor pins the library it saw refreshed for the candidate, so a shard simulates that
+    library whenever its run starts."""
+
+    library_commit: str = ""
+
+
 @dg.asset(group_name=GROUP, kinds={"lakefs", "yaml"}, deps=[published_ingest, published_mining])
 def scenario_library(
     context: dg.AssetExecutionContext, lake: VersionedLake
@@ -139,7 +147,7 @@ def scenario_library(
     deps=[scenario_library, PUBLISHED_ENGINE],
 )
 def regression_simulation(
-    context: dg.AssetExecutionContext, config: RegressionConfig, lake: VersionedLake
+    context: dg.AssetExecutionContext, config: ShardConfig, lake: VersionedLake
 ) -> dg.MaterializeResult:
     """One shard: candidate, production, oracle and model zero, closed loop, every scenario and
     seed."""
@@ -148,6 +156,7 @@ def regression_simulation(
         context.partition_key,
         shards=len(shard_partition_keys()),
         model_version=config.model_version or None,
+        library_ref=config.library_commit or MAIN_BRANCH,
         on_progress=context.log.info,
     )
     record = run.record

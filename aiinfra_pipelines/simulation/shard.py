@@ -76,16 +76,18 @@ def run_shard(
     fleet: FleetConfig | None = None,
     workers: int | None = None,
     gates: Mapping[str, Any] | None = None,
+    library_ref: str = MAIN_BRANCH,
     on_progress: Callable[[str], None] | None = None,
 ) -> ShardRun:
     """Drive every scenario of ``shard_key`` (one of ``shards``, default simulation.yaml's
-    count) through the evidence plan of ``gates`` (default gates.yaml) and return the shard's
-    record plus the outcomes it newly simulated (cache objects to publish)."""
+    count) of the library at ``library_ref`` through the evidence plan of ``gates`` (default
+    gates.yaml) and return the shard's record plus the outcomes it newly simulated (cache
+    objects to publish)."""
     cfg = pinned_simulation_config(config)
     section = gate_section(gates)
     plan = SimulationGate.from_section(section).evidence
     shards = shards or ExecutionSettings.load(cfg).shards
-    library = read_library(lake)
+    library = read_library(lake, library_ref)
     candidate = load_candidate(lake, model_version)
     production = load_reference(lake, candidate.model_version)
     model_zero = load_model_zero()

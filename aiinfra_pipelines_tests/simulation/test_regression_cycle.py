@@ -162,7 +162,7 @@ def test_library_holds_base_badcase_and_failure_scenarios(cycle, library_stage):
     assert all(entry["first_failed_by"] is None for entry in library["scenarios"])
 
 
-def test_sensor_walks_a_candidate_through_library_shards_and_report(sensor_cycle):
+def test_sensor_walks_a_candidate_through_library_shards_and_report(cycle, sensor_cycle):
     ticks = sensor_cycle["ticks"]
     assert [t["keys"] for t in ticks] == [
         ["library-1"],
@@ -174,6 +174,12 @@ def test_sensor_walks_a_candidate_through_library_shards_and_report(sensor_cycle
     assert "already has regression results" in ticks[-1]["reason"]
     shard_run = sensor_cycle["results"]["sim-1-shard-00"]
     assert shard_run.dagster_run.tags["aiinfra/model_version"] == "1"
+    # The shard reads the library at the commit the sensor saw it refreshed at.
+    pinned = shard_run.dagster_run.run_config["ops"]["regression_simulation"]["config"]
+    lake = cycle["lake"]
+    assert pinned["library_commit"] and lake.object_exists(pinned["library_commit"], LIBRARY_KEY)
+    library = lake.get_json(pinned["library_commit"], LIBRARY_KEY)
+    assert library["built_from"]["refreshed_for_model_version"] == "1"
 
 
 def test_sensor_duplicate_ticks_launch_nothing_new(sensor_cycle):
