@@ -21,7 +21,8 @@ ONNX) and production (model zero, the bootstrap network) — through
    shards by ``shard_of`` and simulated by two concurrent processes (as two shard runs are),
    each with 1 and with 2 workers: the wall time until both shards are done;
 5. the cost of one regression report as ``regression_simulation`` runs it now: the demo-sized
-   library, every scenario over simulation.yaml's ``episode.seeds_per_scenario`` seeds, four
+   library, every scenario over the first stage of its seeds (gates.yaml
+   ``simulation.evidence``: what every report drives; scenarios in doubt run more), four
    planners (candidate, production, oracle = ground truth, model zero) with one simulation per
    distinct engine — before the first release production *is* model zero, so three — in two
    concurrent shard processes with simulation.yaml's worker count, nothing cached: the wall
@@ -54,6 +55,8 @@ import torch
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.network import PerceptionNet
 from aiinfra_pipelines.perception.onnx_export import bootstrap_network, export_onnx
+from aiinfra_pipelines.simulation.gate_settings import SimulationGate
+from aiinfra_pipelines.simulation.gate_verdicts import gate_section
 from aiinfra_pipelines.simulation.library import shard_of
 from aiinfra_pipelines.simulation.runner import (
     ROLE_CANDIDATE,
@@ -71,7 +74,7 @@ from aiinfra_pipelines.simulation.scenarios import (
     load_base_scenarios,
     scenario_seeds,
 )
-from aiinfra_pipelines.simulation.settings import EpisodeSettings, RegressionScenarioSettings
+from aiinfra_pipelines.simulation.settings import RegressionScenarioSettings
 
 SHARDS = 2
 
@@ -142,7 +145,7 @@ def report_shard_run(shard: int, extra: int) -> None:
     jobs = [
         SimulationJob(role, s.to_dict(), seed)
         for s in scenarios
-        for seed in scenario_seeds(s, EpisodeSettings.load().seeds_per_scenario)
+        for seed in scenario_seeds(s, first_stage_seeds())
         for role in first_role.values()
     ]
     results = simulate(jobs, roles)
@@ -156,6 +159,11 @@ def report_shard_run(shard: int, extra: int) -> None:
             counts[role]["collisions"] += int(result["collision"])
             counts[role]["steps"] += int(result["steps"])
     print(json.dumps({"simulated": len(jobs), "counts": counts}))
+
+
+def first_stage_seeds() -> int:
+    """The seeds every planner drives on every scenario of a report (the first stage)."""
+    return SimulationGate.from_section(gate_section()).evidence.first_stage
 
 
 def regression_report_cost(extra: int) -> tuple[float, dict]:
@@ -186,7 +194,7 @@ def regression_report_cost(extra: int) -> tuple[float, dict]:
 
 def print_report_cost(extra: int, repeats: int) -> None:
     count = len(demo_library(extra))
-    seeds = EpisodeSettings.load().seeds_per_scenario
+    seeds = first_stage_seeds()
     print(
         f"\nregression report: {count} scenarios x {seeds} seeds x 4 planners "
         f"(production = model zero: 3 simulated), {SHARDS} concurrent shard runs, cold cache"
