@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
@@ -16,6 +17,7 @@ from typing import NamedTuple
 from aiinfra_pipelines.lake.errors import LakeError
 
 OBJECTS_DIRNAME = "objects"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class Value(NamedTuple):
@@ -40,6 +42,10 @@ def fsync_dir(path: Path) -> None:
 
 
 def blob_path(objects_dir: Path, sha: str) -> Path:
+    """Where the content with this sha256 lives; a name that is not a sha256 never becomes
+    a path (it could climb out of the object store)."""
+    if not isinstance(sha, str) or not _SHA256.match(sha):
+        raise LakeError(f"not a sha256 content name: {str(sha)[:80]!r}")
     return objects_dir / sha[:2] / sha
 
 

@@ -8,6 +8,11 @@ as S3 does (consecutive numbers, matching ETags, non-final parts at least ``min_
 joins them, stages the object through ``put_object`` and removes the folder. Nothing is visible
 on the branch before completion.
 
+An upload id comes back from a car, so it is input, not a path: only the ids ``begin`` makes
+(32 lowercase hex digits) are accepted, and the folder they name must resolve under the
+uploads folder — ``../objects`` handed to an abort must not delete the object store. An abort
+removes only an upload opened for the same branch and key.
+
 ETags are the MD5 hex of the part's bytes, as S3 computes them for unencrypted parts.
 """
 
@@ -15,18 +20,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import uuid
 from pathlib import Path
 
 from aiinfra_pipelines.durable import write_durably
 
-from .errors import LakeError, NotFoundError
+from .errors import InvalidKeyError, LakeError, NotFoundError
 from .port import UploadHandle
 
 UPLOADS_DIRNAME = "uploads"
 MANIFEST = "upload.json"
 MAX_PART_NUMBER = 10_000  # S3's limit
+_UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")  # uuid4().hex, what begin() hands out
 
 
 def part_etag(data: bytes) -> str:
@@ -40,8 +47,20 @@ class LocalUploads:
         self.folder = root / UPLOADS_DIRNAME
         self.repository = repository
 
+    def _folder_of(self, upload_id: str) -> Path:
+        """The folder an upload id names, refused unless it is an id this lake hands out and
+        the folder stays under the uploads folder."""
+        if not isinstance(upload_id, str) or not _UPLOAD_ID.match(upload_id):
+            raise InvalidKeyError(
+                f"invalid upload id {str(upload_id)[:80]!r}: expected 32 lowercase hex digits"
+            )
+        path = (self.folder / upload_id).resolve()
+        if path.parent != self.folder.resolve():
+            raise InvalidKeyError(f"upload id {upload_id!r} leaves the uploads folder")
+        return path
+
     def _dir(self, upload: UploadHandle) -> Path:
-        path = self.folder / upload.upload_id
+        path = self._folder_of(upload.upload_id)
         manifest = path / MANIFEST
         if not manifest.is_file():
             raise NotFoundError(f"upload {upload.upload_id} is not open (completed or aborted)")
@@ -104,4 +123,10 @@ class LocalUploads:
         return b"".join(chunks)
 
     def discard(self, upload: UploadHandle) -> None:
-        shutil.rmtree(self.folder / upload.upload_id, ignore_errors=True)
+        """Remove an open upload of this branch and key; one already gone is no error."""
+        path = self._folder_of(upload.upload_id)
+        if not path.exists():
+            return
+        if (path / MANIFEST).is_file():
+            self._dir(upload)  # refuses another branch's or key's upload
+        shutil.rmtree(path, ignore_errors=True)
