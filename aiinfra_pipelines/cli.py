@@ -16,10 +16,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from aiinfra_pipelines.cli_errors import BoundaryGroup
 from aiinfra_pipelines.config import PROJECT_ROOT
 from aiinfra_pipelines.progress import progress_bar
 
-app = typer.Typer(help="aiinfra: the perception stack's data loop.", no_args_is_help=True)
+# The root group guards every invocation: bad input ends in one line and exit code 2.
+app = typer.Typer(
+    help="aiinfra: the perception stack's data loop.", no_args_is_help=True, cls=BoundaryGroup
+)
 fleet_app = typer.Typer(help="The simulated fleet.", no_args_is_help=True)
 lake_app = typer.Typer(help="The versioned data lake.", no_args_is_help=True)
 logs_app = typer.Typer(help="Drive logs (MCAP recordings).", no_args_is_help=True)
@@ -61,8 +65,11 @@ def fleet_drive(
 ) -> None:
     """Drive the simulated fleet and land the kept segments on an ingest branch."""
     from aiinfra_pipelines.fleet.drive import drive_and_land
+    from aiinfra_pipelines.fleet.landing import ingest_branch_name
     from aiinfra_pipelines.lake.layout import LOG_SUFFIX
 
+    if batch:
+        ingest_branch_name(batch)  # a batch id the lake refuses: say so before driving
     result = drive_and_land(
         _lake(),
         vehicles=vehicles,
@@ -127,9 +134,10 @@ def lake_upload(
     batch: str = typer.Option("", help="upload batch id (default: current time)"),
 ) -> None:
     """Land MCAP files from disk on a new ingest branch as one commit (a real fleet's upload)."""
-    from aiinfra_pipelines.fleet.landing import land_batch
+    from aiinfra_pipelines.fleet.landing import ingest_branch_name, land_batch
 
     batch_id = batch or datetime.now(UTC).strftime("upload%Y%m%dT%H%M%S")
+    ingest_branch_name(batch_id)  # refused before any file is read
     with progress_bar(console) as progress:
         task = progress.add_task("uploading", total=len(paths))
         result = land_batch(
@@ -257,14 +265,19 @@ def pull_request(
 
 @pull_app.command("list")
 def pull_list(
-    status_filter: str = typer.Option("", "--status", help="open, served or closed"),
+    status_filter: str = typer.Option("", "--status", help="open, served, closed or expired"),
     as_json: bool = typer.Option(False, "--json", help="a JSON list on stdout"),
 ) -> None:
     """Every pull request and its answer (served by which batch, or closed and why)."""
     import json
 
-    from aiinfra_pipelines.ingest.pulls import pull_requests
+    from aiinfra_pipelines.ingest.pulls import CLOSED, EXPIRED, OPEN, SERVED, pull_requests
 
+    statuses = (OPEN, SERVED, CLOSED, EXPIRED)
+    if status_filter and status_filter not in statuses:
+        raise typer.BadParameter(
+            f"{status_filter!r} is not one of {', '.join(statuses)}", param_hint="'--status'"
+        )
     requests = [
         r for r in pull_requests(_lake()) if not status_filter or r["status"] == status_filter
     ]
@@ -316,14 +329,11 @@ def triggers_approve(
     approved_by: str = typer.Option(..., "--by", help="who approves (recorded on the lake)"),
 ) -> None:
     """Record an approval of the latest proposal; unknown or superseded versions are refused."""
-    from aiinfra_pipelines.release.trigger_ota import TriggerApprovalError, approve_trigger_proposal
+    from aiinfra_pipelines.release.trigger_ota import approve_trigger_proposal
 
     run_id = "cli-triggers-approve-" + datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
-    try:
-        approval = approve_trigger_proposal(_lake(), version, approved_by, root_run_id=run_id)
-    except TriggerApprovalError as error:
-        typer.echo(f"refused: {error}", err=True)
-        raise typer.Exit(code=1) from None
+    # An unknown or superseded version is refused by TriggerApprovalError: one line, exit 2.
+    approval = approve_trigger_proposal(_lake(), version, approved_by, root_run_id=run_id)
     console.print(
         f"trigger config {escape(version)} approved by {escape(approval['approved_by'])} at "
         f"{approval['approved_at']}; ship it with `aiinfra triggers ship`"
@@ -370,15 +380,11 @@ def trace(
     """Which model runs there, the dataset commit that trained it, the raw log commits that
     fed the dataset, and the reports that certified it."""
     from aiinfra_pipelines.release.keys import trusted_certificate_keys
-    from aiinfra_pipelines.release.trace import TraceNotFound, render_trace
+    from aiinfra_pipelines.release.trace import render_trace
     from aiinfra_pipelines.release.trace import trace as trace_query
 
-    lake = _lake()
-    try:
-        result = trace_query(lake, query, trusted_certificate_keys(public_key))
-    except TraceNotFound as error:
-        console.print(f"[red]{escape(str(error))}[/]")
-        raise typer.Exit(code=1) from None
+    # Nothing found is TraceNotFound (a LookupError): one line, exit 2.
+    result = trace_query(_lake(), query, trusted_certificate_keys(public_key))
     render_trace(result, console)
 
 

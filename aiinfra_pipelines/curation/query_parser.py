@@ -16,18 +16,51 @@ Keywords are case-insensitive. Bare words are runs of letters, digits and ``_ - 
 ``slice=night/fog/merge`` needs no quotes); anything else, or a keyword used as a value, is
 quoted. Whether a field exists and what its value must be is decided against the real table
 by :mod:`.query_compiler`, not here: the parser knows no schema.
+
+An expression is bounded before it is parsed or run (``resources/query.yaml`` ``limits``):
+its length, nesting depth, number of terms and the size of its literals, each refused as a
+``QueryError`` naming the limit.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from aiinfra_pipelines.config import settings_section
 
 KEYWORDS = frozenset({"and", "or", "not"})
 OPERATORS = ("<=", ">=", "!=", "==", "=", "<", ">")
 _BARE = re.compile(r"[A-Za-z0-9_.\-/+]+")
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\Z")
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """``query.yaml`` ``limits``: what one expression may ask for."""
+
+    max_expression_chars: int
+    max_depth: int
+    max_terms: int
+    max_number_digits: int
+    max_abs_number: float
+    max_string_chars: int
+
+    @classmethod
+    def load(cls, config: Mapping[str, Any] | None = None) -> QueryLimits:
+        section = settings_section("query.yaml", "limits", config)
+        return cls(
+            max_expression_chars=section.int("max_expression_chars"),
+            max_depth=section.int("max_depth"),
+            max_terms=section.int("max_terms"),
+            max_number_digits=section.int("max_number_digits"),
+            max_abs_number=section.float("max_abs_number"),
+            max_string_chars=section.int("max_string_chars"),
+        )
 
 
 class QueryError(ValueError):
@@ -166,10 +199,18 @@ def tokenize(source: str) -> list[Token]:
 
 # ---------------------------------------------------------------------------------------- parser
 class _Parser:
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, limits: QueryLimits) -> None:
         self.source = source
+        self.limits = limits
+        if len(source) > limits.max_expression_chars:
+            raise QueryError(
+                f"expression of {len(source)} characters is longer than the "
+                f"{limits.max_expression_chars} allowed (query.yaml limits)"
+            )
         self.tokens = tokenize(source)
         self.index = 0
+        self.depth = 0
+        self.terms = 0
 
     @property
     def token(self) -> Token:
@@ -208,15 +249,33 @@ class _Parser:
             operands.append(self.not_expr())
         return operands[0] if len(operands) == 1 else And(tuple(operands))
 
+    def deeper(self) -> None:
+        """One more level of nesting (a parenthesis or a NOT), refused past the limit."""
+        self.depth += 1
+        if self.depth > self.limits.max_depth:
+            raise self.error(
+                f"nested more than {self.limits.max_depth} levels deep (query.yaml limits)"
+            )
+
+    def term(self) -> None:
+        """One more comparison or event test, refused past the limit."""
+        self.terms += 1
+        if self.terms > self.limits.max_terms:
+            raise self.error(f"more than {self.limits.max_terms} terms (query.yaml limits)")
+
     def not_expr(self) -> Expr:
         if self.keyword("not"):
             self.advance()
-            return Not(self.not_expr())
+            self.deeper()
+            operand = self.not_expr()
+            self.depth -= 1
+            return Not(operand)
         return self.primary()
 
     def primary(self) -> Expr:
         if self.token.kind == "(":
             opening = self.advance()
+            self.deeper()
             expr = self.or_expr()
             if self.token.kind != ")":
                 raise self.error(
@@ -224,7 +283,9 @@ class _Parser:
                     f"found {self.token.describe()}"
                 )
             self.advance()
+            self.depth -= 1
             return expr
+        self.term()
         if self.keyword("event") and self.tokens[self.index + 1].kind == ":":
             return self.event()
         return self.comparison()
@@ -256,23 +317,43 @@ class _Parser:
 
     def value(self, op: str) -> Value:
         token = self.token
+        if token.kind in ("string", "word") and len(token.text) > self.limits.max_string_chars:
+            raise self.error(
+                f"a value of {len(token.text)} characters is longer than the "
+                f"{self.limits.max_string_chars} allowed (query.yaml limits)"
+            )
         if token.kind == "string":
             self.advance()
             return Text(token.text, quoted=True)
         if token.kind != "word" or token.text.lower() in KEYWORDS:
             hint = " (quote a keyword to compare with the word)" if token.kind == "word" else ""
             raise self.error(f"expected a value after {op!r}, found {token.describe()}{hint}")
-        self.advance()
         if _NUMBER.match(token.text):
-            number = float(token.text)
-            exact = number.is_integer() and not re.search(r"[.eE]", token.text)
-            return Number(int(token.text) if exact else number, token.text)
+            return self.number(token)
+        self.advance()
         return Text(token.text, quoted=False)
 
+    def number(self, token: Token) -> Number:
+        """A numeric literal within the limits (digits, magnitude, finite)."""
+        digits = sum(char.isdigit() for char in token.text.split("e")[0].split("E")[0])
+        number = float(token.text)
+        if digits > self.limits.max_number_digits or not (
+            math.isfinite(number) and abs(number) <= self.limits.max_abs_number
+        ):
+            raise self.error(
+                f"number {token.text[:24]}{'…' if len(token.text) > 24 else ''} is outside "
+                f"the range a query compares with (at most {self.limits.max_number_digits} "
+                f"digits, magnitude {self.limits.max_abs_number:g}; query.yaml limits)"
+            )
+        self.advance()
+        exact = number.is_integer() and not re.search(r"[.eE]", token.text)
+        return Number(int(token.text) if exact else number, token.text)
 
-def parse_query(source: str) -> Expr:
-    """The syntax tree of ``source``; ``QueryError`` with a position for bad syntax."""
-    return _Parser(source).parse()
+
+def parse_query(source: str, limits: QueryLimits | None = None) -> Expr:
+    """The syntax tree of ``source``; ``QueryError`` with a position for bad syntax or an
+    expression past ``limits`` (default: ``resources/query.yaml``)."""
+    return _Parser(source, limits or QueryLimits.load()).parse()
 
 
 def referenced_fields(expr: Expr) -> list[str]:

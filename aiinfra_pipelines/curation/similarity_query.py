@@ -30,7 +30,9 @@ RESULT_COLUMNS: tuple[str, ...] = (
     "events",
     "batch",
 )
-_FRAME = re.compile(r"^(?P<log>.+):(?P<index>\d+)$")
+# A log id of at most 200 characters and a frame index of at most 9 digits: a reference past
+# that is no frame of this fleet (and 5,000 digits would not even convert to an int).
+_FRAME = re.compile(r"^(?P<log>[^\x00-\x1f]{1,200}):(?P<index>\d{1,9})$")
 
 
 class FrameSyntaxError(ValueError):
@@ -41,9 +43,10 @@ def parse_frame(reference: str) -> tuple[str, int]:
     """``"<log_id>:<frame_index>"`` → (log_id, frame_index); the last colon splits them."""
     match = _FRAME.match(reference.strip())
     if match is None:
+        shown = reference if len(reference) <= 60 else reference[:60] + "…"
         raise FrameSyntaxError(
-            f"frame {reference!r} is not <log_id>:<frame_index> (e.g. 3f2a…:17, the index a "
-            "non-negative integer)"
+            f"frame {shown!r} is not <log_id>:<frame_index> (e.g. 3f2a…:17: a log id of at "
+            "most 200 characters, the index a non-negative integer of at most 9 digits)"
         )
     return match["log"], int(match["index"])
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from aiinfra_pipelines.lake.keys import validate_branch_name
 from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, LOG_PREFIX, LOG_SUFFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import commit_changes
@@ -24,7 +25,9 @@ class LandedBatch:
 
 
 def ingest_branch_name(batch_id: str) -> str:
-    return f"{INGEST_BRANCH_PREFIX}{batch_id}"
+    """The branch a batch lands on; a batch id the lake refuses as a branch name is an
+    ``InvalidKeyError`` here, before anything is driven or uploaded."""
+    return validate_branch_name(f"{INGEST_BRANCH_PREFIX}{batch_id}")
 
 
 def land_batch(

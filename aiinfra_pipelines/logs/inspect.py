@@ -13,6 +13,7 @@ from typing import Any
 from aiinfra_pipelines.logs.errors import DriveLogError
 from aiinfra_pipelines.logs.pii_check import pii_findings_report
 from aiinfra_pipelines.logs.reader import rate_hz, scan_mcap
+from aiinfra_pipelines.logs.sources.profiles import load_profiles
 from aiinfra_pipelines.logs.validation import validate_drive_log
 
 
@@ -39,7 +40,11 @@ def _channels(data: bytes) -> list[dict[str, Any]]:
 
 
 def inspect_log(path: Path, source: str | None = None) -> dict[str, Any]:
-    """The inspection report of one MCAP file (never raises for a bad file)."""
+    """The inspection report of one MCAP file (never raises for a bad file; a ``source`` that
+    names no profile is a ``ValueError``: the question itself is wrong)."""
+    if source is not None and source not in load_profiles():
+        known = ", ".join(sorted(load_profiles()))
+        raise ValueError(f"no source profile named {source!r} (resources/sources: {known})")
     data = path.read_bytes()
     report = validate_drive_log(data, source=source)
     return {

@@ -21,6 +21,7 @@ from aiinfra_pipelines.curation.query_parser import (
     Number,
     Or,
     QueryError,
+    QueryLimits,
     Text,
     parse_query,
     referenced_fields,
@@ -345,3 +346,26 @@ def test_cli_query_json_table_and_errors(lake, published, monkeypatch) -> None:
     assert unknown.exit_code == 2 and "did you mean 'weather'" in unknown.stderr
     missing = runner.invoke(app, ["query", "weather=fog", "--ref", "nope"], terminal_width=200)
     assert missing.exit_code == 2 and "no lake ref 'nope'" in missing.output
+
+
+def test_an_expression_past_the_limits_is_refused_naming_the_limit():
+    """resources/query.yaml bounds an expression before it is parsed or run: 300 nested
+    parentheses ended in a RecursionError, 5,000 AND terms took 4 GB, a 50-digit integer
+    reached duckdb."""
+    limits = QueryLimits.load()
+    deep = "(" * (limits.max_depth + 1) + "weather=fog" + ")" * (limits.max_depth + 1)
+    with pytest.raises(QueryError, match=rf"nested more than {limits.max_depth} levels"):
+        parse_query(deep)
+    with pytest.raises(QueryError, match=r"nested more than"):
+        parse_query("NOT " * (limits.max_depth + 1) + "weather=fog")
+    parse_query("(" * limits.max_depth + "weather=fog" + ")" * limits.max_depth)  # at the limit
+    wide = " AND ".join(["weather=fog"] * (limits.max_terms + 1))
+    with pytest.raises(QueryError, match=rf"more than {limits.max_terms} terms"):
+        parse_query(wide)
+    with pytest.raises(QueryError, match="outside the range"):
+        parse_query("speed_mps > " + "9" * 50)
+    with pytest.raises(QueryError, match="outside the range"):
+        parse_query("speed_mps > 1e400")
+    with pytest.raises(QueryError, match="characters is longer"):
+        parse_query("weather=" + "x" * 5000)
+    assert parse_query("speed_mps > 123456789012345678")  # 18 digits: a BIGINT holds it

@@ -144,5 +144,6 @@ def test_a_vin_before_any_release_runs_model_zero(lake):
 def test_an_argument_that_matches_nothing_is_a_clear_error(released):
     for query in ("deadbeefdeadbeef", "99", "not-a-thing"):
         result = run(query)
-        assert result.exit_code == 1
+        assert result.exit_code == 2  # bad input: one line, exit 2 (cli_errors)
         assert f"nothing on main matches '{query}'" in result.output
+        assert len(result.output.strip().splitlines()) == 1

@@ -129,12 +129,12 @@ def test_a_proposal_ships_only_once_approved_and_approvals_are_checked(
     assert metadata["shipped"].value is False
     assert ship_trigger_config(lake, release_keys, root_run_id="again") is None
 
-    unknown = approve_by_cli("triggers-9")
-    assert unknown.exit_code == 1 and "no trigger proposal 'triggers-9'" in unknown.output
+    unknown = approve_by_cli("triggers-9")  # bad input: one line, exit 2 (cli_errors)
+    assert unknown.exit_code == 2 and "no trigger proposal 'triggers-9'" in unknown.output
     second = propose(lake, {TARGETED: 0.5, "night/fog/highway": 0.4})
     assert second == "triggers-4"
     superseded = approve_by_cli(first)
-    assert superseded.exit_code == 1 and "superseded by triggers-4" in superseded.output
+    assert superseded.exit_code == 2 and "superseded by triggers-4" in superseded.output
     with pytest.raises(TriggerApprovalError, match="approver's name"):
         approve_trigger_proposal(lake, second, "  ", root_run_id="nobody")
     assert approved_trigger_config(lake) is None
