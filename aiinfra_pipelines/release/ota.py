@@ -12,6 +12,9 @@ Only certified engines are listed: each one's certificate is verified (signature
 hash it binds) before it enters the metadata. The repository is consistent-snapshot: every
 version of ``targets``/``snapshot``/``root`` stays on ``main`` as ``<version>.<role>.json`` and
 engine files as ``<sha256>.<name>``, so a vehicle mid-update still finds what it started on.
+What the repository holds now is read from verified, signed metadata only (never from file
+names: a planted copy cannot steer the next signature), a published ``<n>.<role>.json`` is
+never overwritten, and snapshot and timestamp pin the length and SHA-256 of the files they name.
 
 This module decides what to offer and reads the stored repository; signing and publishing
 the next version is ``ota_signing.py``.
@@ -35,6 +38,7 @@ from tuf.api.metadata import (
     Targets,
     Timestamp,
 )
+from tuf.api.serialization import DeserializationError
 
 from aiinfra_pipelines.config import settings_section
 from aiinfra_pipelines.lake.layout import (
@@ -315,12 +319,16 @@ def desired_targets(
 # ---------------------------------------------------------------------- repository state
 @dataclass
 class RepositoryState:
-    """The newest version of each role on ``main`` (None before the first publication)."""
+    """The current version of each role on ``main`` (None before the first publication), as
+    signed metadata says — never as file names say — with each file's stored bytes (what
+    snapshot and timestamp hash) and the files that were ignored, and why."""
 
     root: Metadata[Root] | None = None
     targets: Metadata[Targets] | None = None
     snapshot: Metadata[Snapshot] | None = None
     timestamp: Metadata[Timestamp] | None = None
+    raw: dict[str, bytes] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
 
     def version(self, role: str) -> int:
         metadata = getattr(self, role)
@@ -335,39 +343,105 @@ def metadata_key(role: str, version: int | None = None) -> str:
     )
 
 
-def load_repository(lake: VersionedLake, ref: str = MAIN_BRANCH) -> RepositoryState:
-    """The newest stored version of every role, each verified against the newest root.
-
-    Versions come from the stored history (``<version>.<role>.json``), not from a mutable
-    pointer, so an older file copied over ``timestamp.json`` can never make the repository
-    issue a lower version than it already has.
-    """
-    newest: dict[str, int] = {}
-    for stat in lake.list_objects(ref, OTA_METADATA_PREFIX):
-        match = _VERSIONED_NAME.match(stat.key[len(OTA_METADATA_PREFIX) :])
-        if match:
-            role = match.group(2)
-            newest[role] = max(newest.get(role, 0), int(match.group(1)))
-    state = RepositoryState()
-    if not newest:
-        return state
-    if "root" not in newest:
-        raise OtaError(
-            f"{OTA_METADATA_PREFIX} holds role metadata but no root: repository is corrupt"
-        )
-    for role, version in newest.items():
-        setattr(state, role, Metadata.from_bytes(lake.get_object(ref, metadata_key(role, version))))
+def _parse(data: bytes, key: str) -> Metadata:
     try:
-        for role in TUF_ROLES:
-            metadata = getattr(state, role)
-            if metadata is not None:
-                state.root.signed.verify_delegate(role, metadata.signed_bytes, metadata.signatures)
+        return Metadata.from_bytes(data)
+    except DeserializationError as error:
+        raise OtaError(f"{key} is not TUF metadata ({error}); refusing to build on it") from error
+
+
+def _trusted_roots(lake: VersionedLake, ref: str) -> tuple[Metadata[Root], bytes]:
+    """Root as a vehicle walks it: ``1.root.json`` signed by its own keys, then each
+    ``<n+1>.root.json`` while it exists, signed by root n's keys and its own. A file in that
+    chain that does not verify stops the walk with an error (a vehicle would stop there
+    too); any other root file is never read."""
+    key = metadata_key(Root.type, 1)
+    data = lake.get_object(ref, key)
+    root = _parse(data, key)
+    if root.signed.type != Root.type or root.signed.version != 1:
+        raise OtaError(f"{key} holds {root.signed.type} v{root.signed.version}, not root v1")
+    try:
+        root.signed.verify_delegate(Root.type, root.signed_bytes, root.signatures)
     except tuf_exceptions.UnsignedMetadataError as error:
+        raise OtaError(f"{key} is not signed by its own root keys: {error}") from error
+    while lake.object_exists(ref, key := metadata_key(Root.type, root.signed.version + 1)):
+        wanted = root.signed.version + 1
+        data = lake.get_object(ref, key)
+        new = _parse(data, key)
+        if new.signed.type != Root.type or new.signed.version != wanted:
+            raise OtaError(
+                f"{key} holds {new.signed.type} v{new.signed.version}, not root v{wanted}: "
+                "vehicles stop at it too; remove it or publish the real root"
+            )
+        verified = new.signed.get_root_verification_result(
+            root.signed, new.signed_bytes, new.signatures
+        )
+        if not verified.verified:
+            raise OtaError(
+                f"{key} is not signed by root v{wanted - 1}'s keys and its own: vehicles stop "
+                "at it too; remove it or publish the real root"
+            )
+        root = new
+    return root, data
+
+
+def load_repository(lake: VersionedLake, ref: str = MAIN_BRANCH) -> RepositoryState:
+    """The current version of every role, from verified signed metadata only.
+
+    Root: the chain a vehicle walks from ``1.root.json`` (:func:`_trusted_roots`). Every
+    other role: the highest version ``n`` among ``<n>.<role>.json`` whose content *is* that
+    role at version ``n``, signed by its keys under the trusted root. A file named for a
+    version it does not hold (an old snapshot copied to ``99.snapshot.json``), signed by
+    other keys, or not metadata at all is ignored and listed in ``ignored``: it can neither
+    raise nor lower what gets signed next. The unversioned ``timestamp.json`` / ``root.json``
+    are what vehicles fetch, never what the signer trusts.
+    """
+    state = RepositoryState()
+    keys = [stat.key for stat in lake.list_objects(ref, OTA_METADATA_PREFIX)]
+    if not keys:
+        return state
+    if metadata_key(Root.type, 1) not in keys:
         raise OtaError(
-            f"stored OTA metadata does not verify against root v{state.root.signed.version}: "
-            f"{error}; refusing to build on it"
-        ) from error
+            f"{OTA_METADATA_PREFIX} holds role metadata but no 1.root.json: repository is corrupt"
+        )
+    state.root, state.raw[Root.type] = _trusted_roots(lake, ref)
+    for key in sorted(keys):
+        match = _VERSIONED_NAME.match(key[len(OTA_METADATA_PREFIX) :])
+        if not match or match.group(2) == Root.type:
+            continue
+        role, version = match.group(2), int(match.group(1))
+        if version <= state.version(role):
+            continue
+        data = lake.get_object(ref, key)
+        problem = _unverified(state.root, role, version, data)
+        if problem:
+            state.ignored.append(f"{key}: {problem}")
+            continue
+        setattr(state, role, Metadata.from_bytes(data))
+        state.raw[role] = data
+    missing = [role for role in TUF_ROLES if role != Root.type and getattr(state, role) is None]
+    if missing:
+        raise OtaError(
+            f"no {', '.join(missing)} metadata on {ref} verifies against root "
+            f"v{state.root.signed.version} (ignored: {'; '.join(state.ignored) or 'none'}); "
+            "refusing to build on it"
+        )
     return state
+
+
+def _unverified(root: Metadata[Root], role: str, version: int, data: bytes) -> str | None:
+    """Why ``data`` is not ``role`` v``version`` signed under ``root`` (None when it is)."""
+    try:
+        metadata = Metadata.from_bytes(data)
+    except DeserializationError as error:
+        return f"not TUF metadata ({str(error)[:120]})"
+    if metadata.signed.type != role or metadata.signed.version != version:
+        return f"holds {metadata.signed.type} v{metadata.signed.version}, not {role} v{version}"
+    try:
+        root.signed.verify_delegate(role, metadata.signed_bytes, metadata.signatures)
+    except tuf_exceptions.UnsignedMetadataError as error:
+        return f"not signed by the {role} keys of root v{root.signed.version} ({error})"
+    return None
 
 
 def root_metadata(lake: VersionedLake, version: int | None = None, ref: str = MAIN_BRANCH) -> bytes:

@@ -1,14 +1,17 @@
 """Signing and publishing the OTA repository's next version (TUF roles on ``main``).
 
 Split from ``ota.py`` (what to offer, and reading the stored repository) because signing is
-its own job with its own rules: versions only grow, a role is re-signed only when its content,
-keys or threshold changed or its renewal is due, a new root must also satisfy the previous
-root's keys, and the timestamp is re-signed on every call to keep vehicles' view fresh.
+its own job with its own rules: versions only grow from the verified current ones, a role is
+re-signed only when its content, keys or threshold changed or its renewal is due, a new root
+must also satisfy the previous root's keys, the timestamp is re-signed on every call to keep
+vehicles' view fresh, snapshot and timestamp pin the length and SHA-256 of the file they name,
+and a published ``<n>.<role>.json`` is never overwritten.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -44,6 +47,10 @@ from .ota import (
     metadata_key,
     stored_target_key,
 )
+
+# A published, versioned metadata file (the unversioned root.json / timestamp.json are the
+# pointers vehicles fetch first, replaced on purpose).
+_VERSIONED_METADATA = re.compile(r"^.*/\d+\.(root|targets|snapshot|timestamp)\.json$")
 
 # Targets that are not engines: trigger configs (``release.trigger_ota``), one per vehicle
 # model under this folder. A publication that does not name them keeps the listed ones.
@@ -224,15 +231,30 @@ def _next_targets(
     return targets
 
 
+def _pinned(signing: _Signing, role: str, metadata: Metadata) -> MetaFile:
+    """The entry that pins ``metadata``: its version, and the length and SHA-256 of its bytes
+    as stored (signed in this run, or as the verified repository holds them)."""
+    version = metadata.signed.version
+    data = signing.objects.get(metadata_key(role, version)) or signing.current.raw[role]
+    return MetaFile.from_data(version, data, [HASH_ALGORITHM])
+
+
 def _next_snapshot(signing: _Signing, targets: Metadata[Targets]) -> Metadata[Snapshot]:
-    """A new snapshot whenever targets changed or its renewal is due."""
+    """A new snapshot whenever targets changed, its renewal is due, or the one stored does
+    not pin the current targets by length and hash (a repository from before it did)."""
     snapshot = signing.current.snapshot
-    if "targets" in signing.resigned or signing.due("snapshot"):
+    entry = _pinned(signing, "targets", targets)
+    if (
+        snapshot is None
+        or "targets" in signing.resigned
+        or signing.due("snapshot")
+        or snapshot.signed.meta.get("targets.json") != entry
+    ):
         snapshot = _sign(
             Snapshot(
                 version=signing.current.version("snapshot") + 1,
                 expires=signing.now + signing.tuf.expiry["snapshot"],
-                meta={"targets.json": MetaFile(version=targets.signed.version)},
+                meta={"targets.json": entry},
             ),
             signing.signers["snapshot"],
         )
@@ -246,12 +268,26 @@ def _next_timestamp(signing: _Signing, snapshot: Metadata[Snapshot]) -> Metadata
         Timestamp(
             version=signing.current.version("timestamp") + 1,
             expires=signing.now + signing.tuf.expiry["timestamp"],
-            snapshot_meta=MetaFile(version=snapshot.signed.version),
+            snapshot_meta=_pinned(signing, "snapshot", snapshot),
         ),
         signing.signers["timestamp"],
     )
     signing.store("timestamp", timestamp, also_unversioned=True)
     return timestamp
+
+
+def refuse_overwrites(lake: VersionedLake, objects: dict[str, bytes]) -> None:
+    """Refuse to publish a ``<n>.<role>.json`` that ``main`` already holds with other bytes: a
+    published version is immutable (vehicles may have verified it), so two different documents
+    must never carry one version. The same bytes again (a retried publication) are fine."""
+    for key, data in objects.items():
+        published = _VERSIONED_METADATA.match(key) and lake.object_exists(MAIN_BRANCH, key)
+        if published and lake.get_object(MAIN_BRANCH, key) != data:
+            raise OtaError(
+                f"{key} already exists on {MAIN_BRANCH} with other content: refusing to "
+                "overwrite a published version (a file planted at the next version "
+                "stops publishing until it is removed)"
+            )
 
 
 def publish_ota_repository(
@@ -272,7 +308,9 @@ def publish_ota_repository(
 
     A role gets a new version when its content changes, when its keys or threshold changed,
     or when its renewal is due; the timestamp gets one on every call (that is what keeps
-    vehicles' view fresh). Versions continue from the newest stored one, so they only grow.
+    vehicles' view fresh). Versions continue from the current verified ones
+    (``load_repository``: signed content, never file names), so they only grow, and no
+    published version is ever overwritten (``refuse_overwrites``).
     """
     tuf = tuf or TufSettings.load()
     settings = settings or OtaSettings.load()
@@ -302,6 +340,7 @@ def publish_ota_repository(
         "snapshot": snapshot.signed.version,
         "timestamp": timestamp.signed.version,
     }
+    refuse_overwrites(lake, signing.objects)
     commit = publish_objects(
         lake,
         root_run_id,

@@ -1,5 +1,6 @@
-"""TUF metadata tampering: a vehicle refuses bad signatures, a snapshot that does not match
-targets and a rollback of targets, and keeps what it already trusted.
+"""TUF metadata tampering: a vehicle refuses bad signatures, metadata whose bytes are not the
+ones its parent pins, a snapshot that does not match targets and a rollback of targets, and
+keeps what it already trusted; files planted in the repository folder never steer the signer.
 
 One repository is built once by our own release code (certify, production pointer,
 ``publish_ota_repository``): engine 1 is published (every role v1), a car updates and trusts
@@ -8,10 +9,13 @@ and the car's TUF cache, forges one metadata file with python-tuf's ``Metadata``
 attacker with write access to the lake (and, where a test says so, some of the repository's
 keys) would, and updates the car through the real ``VehicleUpdater``: it must refuse with
 ``OtaVerificationError`` (tuf's reason attached), install nothing and keep its targets
-metadata. Then it must recover: with the genuine file put back or, where the forgery was signed
-with a leaked role key (so tuf stored it), once the repository rotates that key. A control test
-shows the same forgeries are accepted when the role's key signs the final body, so refusals
-come from what each test breaks. Expiry, a tampered engine file and a rollback of the whole
+metadata. Then it must recover: with the genuine files put back and the repository's next
+timestamp or, where the forgery was signed with a leaked role key (so tuf stored it), once the
+repository rotates that key. Snapshot and timestamp pin the length and SHA-256 of the file they
+name, so a forgery that is to reach a later check re-pins its parents with their keys
+(``repin``: an attacker holding those keys); one that does not is refused on the hash. A control
+test shows the same forgeries are accepted when the role's key signs the final body, so
+refusals come from what each test breaks. Expiry, a tampered engine file and a rollback of the whole
 repository (an old timestamp) are covered in ``test_ota.py``.
 """
 
@@ -32,11 +36,11 @@ from tuf.api.metadata import Metadata, MetaFile, Signed
 from tuf.api.serialization.json import JSONSerializer
 
 from aiinfra_pipelines.fleet.vehicles import Vehicle, build_fleet
-from aiinfra_pipelines.lake.layout import MAIN_BRANCH
+from aiinfra_pipelines.lake.layout import MAIN_BRANCH, OTA_METADATA_PREFIX
 from aiinfra_pipelines.lake.local import LocalLake
 from aiinfra_pipelines.release.certificate import certify_candidate
 from aiinfra_pipelines.release.keys import ReleaseKeys, private_key_pem
-from aiinfra_pipelines.release.ota import metadata_key, plan_offers
+from aiinfra_pipelines.release.ota import OtaError, load_repository, metadata_key, plan_offers
 from aiinfra_pipelines.release.ota_client import OtaVerificationError, VehicleUpdater
 from aiinfra_pipelines.release.ota_signing import publish_ota_repository
 from aiinfra_pipelines_tests.support.release_lake import (
@@ -63,6 +67,8 @@ OTHER_ROLE = {
     "snapshot": "timestamp",
     "targets": "root",
 }
+# The role whose metadata pins each role's file by version, length and SHA-256.
+PARENT = {"targets": "snapshot", "snapshot": "timestamp"}
 
 
 @dataclass(frozen=True)
@@ -131,12 +137,28 @@ class Scene:
         """The repository's own (dev) key for ``role``: what an attacker holding it signs with."""
         return CryptoSigner(self.keys.tuf_signers(role)[0])
 
-    def restore(self, key: str, genuine: bytes | None) -> None:
-        if genuine is None:
-            self.lake.delete_object(MAIN_BRANCH, key)
-            self.lake.commit(MAIN_BRANCH, f"remove forged {key}")
-        else:
-            tamper(self.lake, key, genuine)
+    def genuine(self) -> dict[str, bytes | None]:
+        """What the repository serves for every role now (None: no such file)."""
+        return {
+            key: self.lake.get_object(MAIN_BRANCH, key)
+            if self.lake.object_exists(MAIN_BRANCH, key)
+            else None
+            for key in SERVED.values()
+        }
+
+    def restore(self, genuine: dict[str, bytes | None]) -> None:
+        """Put back every served file that a forgery changed (and remove planted ones)."""
+        for key, data in genuine.items():
+            if data is None and self.lake.object_exists(MAIN_BRANCH, key):
+                self.lake.delete_object(MAIN_BRANCH, key)
+                self.lake.commit(MAIN_BRANCH, f"remove forged {key}")
+            elif data is not None and self.lake.get_object(MAIN_BRANCH, key) != data:
+                tamper(self.lake, key, data)
+
+    def refresh(self):
+        """The repository's next publication of what it offers now (a new timestamp at least)."""
+        offers = plan_offers(self.lake, self.keys.certificate_public_key())
+        return publish_ota_repository(self.lake, self.keys, offers, root_run_id="ota-refresh")
 
     def on_disk(self) -> dict[str, bytes]:
         """The car's trusted metadata and installed targets, by path under its cache."""
@@ -169,6 +191,35 @@ def newest(scene: Scene, role: str) -> Metadata:
     return root
 
 
+def repin(scene: Scene, role: str, data: bytes, version: int | None = None) -> None:
+    """What a holder of the parent roles' keys does after forging ``role``'s file: the parent
+    pins ``data``'s length and SHA-256 (at ``version``, or the version it already records),
+    re-signed with the parent's own key, and so on up to the timestamp."""
+    parent = PARENT.get(role)
+    if parent is None:
+        return
+    metadata = scene.served(SERVED[parent])
+    recorded = (
+        metadata.signed.meta[f"{role}.json"]
+        if parent == "snapshot"
+        else metadata.signed.snapshot_meta
+    )
+    pinned = MetaFile.from_data(version or recorded.version, data, ["sha256"])
+    if parent == "snapshot":
+        metadata.signed.meta[f"{role}.json"] = pinned
+    else:
+        metadata.signed.snapshot_meta = pinned
+    metadata.sign(scene.signer(parent))
+    repin(scene, parent, scene.serve(SERVED[parent], metadata))
+
+
+def forge(scene: Scene, role: str, metadata: Metadata) -> bytes:
+    """Serve forged ``metadata`` where the car fetches ``role``, its parents re-pinned to it."""
+    forged = scene.serve(SERVED[role], metadata)
+    repin(scene, role, forged)
+    return forged
+
+
 def refuse(scene: Scene, trusted: dict[str, bytes], match: str) -> tuple[type, dict[str, bytes]]:
     """Update the car, which must refuse with our error; nothing may be installed.
 
@@ -187,10 +238,24 @@ def refuse(scene: Scene, trusted: dict[str, bytes], match: str) -> tuple[type, d
     return type(refused.value.reason), after
 
 
-def accepts_genuine(scene: Scene, key: str, genuine: bytes | None) -> None:
-    """Control: with the genuine file back the same car (same cache) updates to engine 2."""
-    scene.restore(key, genuine)
+def accepts_genuine(scene: Scene, genuine: dict[str, bytes | None]) -> None:
+    """Control: with the genuine files back and the repository's next timestamp (it signs one
+    on every publication; a timestamp the car already stored at the same version is not
+    fetched again) the same car (same cache) updates to engine 2."""
+    scene.restore(genuine)
+    assert scene.refresh().resigned == ["timestamp"]
     assert scene.vehicle().update().model_version == "2"
+
+
+def recovers(scene: Scene, role: str, genuine: dict[str, bytes | None]) -> None:
+    """After a forgery of ``role`` re-pinned by its parents: where that took the snapshot key
+    (a forged ``targets``), tuf stored the validly signed snapshot, so the car recovers once
+    the leaked online keys are rotated; otherwise the genuine files and the next timestamp do."""
+    if PARENT.get(role) == "snapshot":
+        scene.restore(genuine)
+        rotate_keys(scene, "snapshot", "timestamp")
+    else:
+        accepts_genuine(scene, genuine)
 
 
 def rotate_keys(scene: Scene, *roles: str) -> None:
@@ -236,13 +301,13 @@ BODY_CHANGES: dict[str, Callable[[Signed], None]] = {
 def test_control_the_same_forgery_signed_by_the_roles_key_is_accepted(
     scene: Scene, role: str
 ) -> None:
-    """Control for the tests below: the forging itself (load, change, sign, serve) yields
-    metadata the car accepts when the role's key signs the final body, so their refusals come
-    from the signatures alone."""
+    """Control for the tests below: the forging itself (load, change, sign, serve, re-pin the
+    parents) yields metadata the car accepts when the role's key signs the final body, so their
+    refusals come from the signatures alone."""
     metadata = newest(scene, role)
     _extend_expiry(metadata.signed)
     metadata.sign(scene.signer(role))
-    forged = scene.serve(SERVED[role], metadata)
+    forged = forge(scene, role, metadata)
 
     assert scene.vehicle().update().model_version == "2"
     stored = "metadata/root_history/2.root.json" if role == "root" else f"metadata/{role}.json"
@@ -253,15 +318,33 @@ def _refused_as_unsigned(scene: Scene, role: str, metadata: Metadata) -> None:
     """Serve forged ``metadata`` for ``role``: the car refuses it as unsigned, stores none of
     it, keeps the role's trusted file, and accepts the genuine file once it is back."""
     trusted = scene.on_disk()
-    genuine = None if role == "root" else scene.lake.get_object(MAIN_BRANCH, SERVED[role])
-    forged = scene.serve(SERVED[role], metadata)
+    genuine = scene.genuine()
+    forged = forge(scene, role, metadata)
 
     reason, after = refuse(scene, trusted, match=f"{role} was signed by 0/1 keys")
 
     assert reason is exceptions.UnsignedMetadataError
     assert forged not in after.values(), "the forged metadata is never stored"
     assert after[f"metadata/{role}.json"] == trusted[f"metadata/{role}.json"]
-    accepts_genuine(scene, SERVED[role], genuine)
+    recovers(scene, role, genuine)
+
+
+@pytest.mark.parametrize("role", ["snapshot", "targets"])
+def test_metadata_its_parent_does_not_pin_is_refused_on_the_hash(scene: Scene, role: str) -> None:
+    """Validly signed by the role's own key, but the parent (not re-signed: its key is not
+    held) pins other bytes: refused on length or hash before its signature is even read."""
+    trusted = scene.on_disk()
+    genuine = scene.genuine()
+    metadata = newest(scene, role)
+    _extend_expiry(metadata.signed)
+    metadata.sign(scene.signer(role))
+    forged = scene.serve(SERVED[role], metadata)
+
+    reason, after = refuse(scene, trusted, match="does not match expected")
+
+    assert reason is exceptions.LengthOrHashMismatchError
+    assert forged not in after.values()
+    accepts_genuine(scene, genuine)
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -284,45 +367,57 @@ def test_metadata_signed_by_a_key_that_is_not_the_roles_is_refused(
 
 
 # ------------------------------------------------------ 2. snapshot does not match targets
-def _targets_ahead_of_snapshot(scene: Scene) -> tuple[str, Metadata]:
-    """Holder of the targets key re-signs targets as v3; the snapshot still records v2."""
+def _targets_ahead_of_snapshot(scene: Scene) -> None:
+    """Holder of the targets key re-signs targets as v3; the snapshot, re-pinned to its bytes,
+    still records v2."""
     targets = scene.served(SERVED["targets"])
     targets.signed.version = 3
     targets.sign(scene.signer("targets"))
-    return SERVED["targets"], targets
+    forge(scene, "targets", targets)
 
 
-def _snapshot_ahead_of_targets(scene: Scene) -> tuple[str, Metadata]:
-    """Holder of the snapshot key records targets v3, served as targets v2 was (not re-signed)."""
+def _snapshot_ahead_of_targets(scene: Scene) -> bytes:
+    """Holders of the online keys record targets v3 (the genuine v2 bytes, not re-signed,
+    copied to where v3 is fetched) in the snapshot and re-pin the timestamp to it."""
+    genuine_targets = scene.lake.get_object(MAIN_BRANCH, SERVED["targets"])
+    tamper(scene.lake, metadata_key("targets", 3), genuine_targets)
     snapshot = scene.served(SERVED["snapshot"])
-    snapshot.signed.meta["targets.json"] = MetaFile(version=3)
+    snapshot.signed.meta["targets.json"] = MetaFile.from_data(3, genuine_targets, ["sha256"])
     snapshot.sign(scene.signer("snapshot"))
-    tamper(
-        scene.lake,
-        metadata_key("targets", 3),
-        scene.lake.get_object(MAIN_BRANCH, SERVED["targets"]),
-    )
-    return SERVED["snapshot"], snapshot
+    return forge(scene, "snapshot", snapshot)
 
 
-def _stale_targets_at_the_recorded_version(scene: Scene) -> tuple[str, Metadata]:
-    """No key needed: the older, validly signed targets v1 served where v2 is recorded."""
-    return SERVED["targets"], scene.served(metadata_key("targets", 1))
+def _stale_targets_at_the_recorded_version(scene: Scene) -> None:
+    """Holders of the online keys serve the older, validly signed targets v1 where v2 is
+    recorded, the snapshot re-pinned to its bytes."""
+    forge(scene, "targets", scene.served(metadata_key("targets", 1)))
 
 
-def _snapshot_records_another_hash(scene: Scene) -> tuple[str, Metadata]:
-    """The snapshot pins targets v2 by length and hash, but of other bytes (targets v1)."""
+def _snapshot_records_another_hash(scene: Scene) -> bytes:
+    """The snapshot pins targets v2 by length and hash, but of other bytes (targets v1); the
+    timestamp is re-pinned to that snapshot."""
     pinned = scene.lake.get_object(MAIN_BRANCH, metadata_key("targets", 1))
     snapshot = scene.served(SERVED["snapshot"])
-    snapshot.signed.meta["targets.json"] = MetaFile(
-        version=2, length=len(pinned), hashes={"sha256": hashlib.sha256(pinned).hexdigest()}
-    )
+    snapshot.signed.meta["targets.json"] = MetaFile.from_data(2, pinned, ["sha256"])
     snapshot.sign(scene.signer("snapshot"))
-    return SERVED["snapshot"], snapshot
+    return forge(scene, "snapshot", snapshot)
+
+
+def test_stale_targets_its_snapshot_does_not_pin_are_refused_on_the_hash(scene: Scene) -> None:
+    """No key needed: the older, validly signed targets v1 served where v2 is recorded. The
+    snapshot pins v2's bytes, so the car refuses on the hash."""
+    trusted = scene.on_disk()
+    genuine = scene.genuine()
+    scene.serve(SERVED["targets"], scene.served(metadata_key("targets", 1)))
+
+    reason, _ = refuse(scene, trusted, match="does not match expected")
+
+    assert reason is exceptions.LengthOrHashMismatchError
+    accepts_genuine(scene, genuine)
 
 
 @pytest.mark.parametrize(
-    ("forge", "match"),
+    ("forgery", "match"),
     [
         pytest.param(
             _targets_ahead_of_snapshot,
@@ -337,21 +432,20 @@ def _snapshot_records_another_hash(scene: Scene) -> tuple[str, Metadata]:
     ],
 )
 def test_targets_that_do_not_match_the_snapshot_are_refused(
-    scene: Scene, forge: Callable[[Scene], tuple[str, Metadata]], match: str
+    scene: Scene, forgery: Callable[[Scene], None], match: str
 ) -> None:
     trusted = scene.on_disk()
-    key, metadata = forge(scene)
-    genuine = scene.lake.get_object(MAIN_BRANCH, key)
-    scene.serve(key, metadata)
+    genuine = scene.genuine()
+    forgery(scene)
 
     reason, _ = refuse(scene, trusted, match=match)
 
     assert reason is exceptions.BadVersionNumberError
-    accepts_genuine(scene, key, genuine)
+    recovers(scene, "targets", genuine)
 
 
 @pytest.mark.parametrize(
-    ("forge", "reason", "match"),
+    ("forgery", "reason", "match"),
     [
         pytest.param(
             _snapshot_ahead_of_targets,
@@ -368,20 +462,22 @@ def test_targets_that_do_not_match_the_snapshot_are_refused(
     ],
 )
 def test_a_snapshot_that_does_not_match_the_served_targets_is_refused(
-    scene: Scene, forge: Callable[[Scene], tuple[str, Metadata]], reason: type, match: str
+    scene: Scene, forgery: Callable[[Scene], bytes], reason: type, match: str
 ) -> None:
-    """Signed with the snapshot key, the forged snapshot verifies on its own, so tuf stores it
-    (as the spec says); the targets it names never verify, so nothing is installed. The car
-    holds that snapshot until the repository rotates the leaked key, and then recovers."""
+    """Signed with the snapshot key and pinned by a timestamp signed with its key, the forged
+    snapshot verifies on its own, so tuf stores it (as the spec says); the targets it names
+    never verify, so nothing is installed. The car holds that snapshot until the repository
+    rotates the leaked online keys, and then recovers."""
     trusted = scene.on_disk()
-    key, metadata = forge(scene)
-    forged = scene.serve(key, metadata)
+    genuine = scene.genuine() | {metadata_key("targets", 3): None}
+    forged = forgery(scene)
 
     refused, after = refuse(scene, trusted, match=match)
 
     assert refused is reason
     assert after["metadata/snapshot.json"] == forged, "validly signed by the snapshot key"
-    rotate_keys(scene, "snapshot")
+    scene.restore(genuine)  # operators remove what was planted, then rotate
+    rotate_keys(scene, "snapshot", "timestamp")
 
 
 # -------------------------------------------------------------- 3. rollback of targets
@@ -398,7 +494,7 @@ def test_a_targets_version_below_the_trusted_one_is_refused(scene: Scene) -> Non
     forged = scene.serve(metadata_key("snapshot", 3), snapshot)
     timestamp = scene.served(SERVED["timestamp"])
     timestamp.signed.version = 3
-    timestamp.signed.snapshot_meta = MetaFile(version=3)
+    timestamp.signed.snapshot_meta = MetaFile.from_data(3, forged, ["sha256"])
     timestamp.sign(scene.signer("timestamp"))
     scene.serve(SERVED["timestamp"], timestamp)
 
@@ -408,3 +504,107 @@ def test_a_targets_version_below_the_trusted_one_is_refused(scene: Scene) -> Non
     assert forged not in after.values(), "the downgrading snapshot is never stored"
     assert after["metadata/snapshot.json"] == trusted["metadata/snapshot.json"]
     rotate_keys(scene, "snapshot", "timestamp")
+
+
+# ------------------------------------------------- 4. files planted in the repository folder
+def _listing(lake: LocalLake) -> dict[str, bytes]:
+    return {
+        stat.key: lake.get_object(MAIN_BRANCH, stat.key)
+        for stat in lake.list_objects(MAIN_BRANCH, OTA_METADATA_PREFIX)
+    }
+
+
+def _plant_high_versions(scene: Scene) -> None:
+    """Write access to the lake, no key: every role's v1 copied to ``99.<role>.json``, and
+    targets v2 re-numbered 50 and signed by a stranger."""
+    for role in ROLES:
+        tamper(
+            scene.lake,
+            metadata_key(role, 99),
+            scene.lake.get_object(MAIN_BRANCH, metadata_key(role, 1)),
+        )
+    forged = scene.served(metadata_key("targets", 2))
+    forged.signed.version = 50
+    forged.sign(stranger())
+    scene.serve(metadata_key("targets", 50), forged)
+
+
+def test_planted_copies_do_not_steer_the_next_signature(scene: Scene, tmp_path: Path) -> None:
+    """Versions and content come from verified metadata only: the planted files are listed as
+    ignored, the next publication continues from the genuine versions (timestamp v3 pinning
+    snapshot v2 by hash), overwrites nothing published, and new and existing cars update."""
+    _plant_high_versions(scene)
+    before = _listing(scene.lake)
+    state = load_repository(scene.lake)
+    assert {role: state.version(role) for role in ROLES} == {
+        "root": 1,
+        "timestamp": 2,
+        "snapshot": 2,
+        "targets": 2,
+    }
+    assert sorted(entry.split(":")[0] for entry in state.ignored) == sorted(
+        metadata_key(role, version)
+        for role, version in [("timestamp", 99), ("snapshot", 99), ("targets", 99), ("targets", 50)]
+    )
+
+    publication = scene.refresh()
+
+    assert publication.versions == {"root": 1, "targets": 2, "snapshot": 2, "timestamp": 3}
+    assert publication.resigned == ["timestamp"]
+    timestamp = scene.served(metadata_key("timestamp"))
+    timestamp.signed.snapshot_meta.verify_length_and_hashes(
+        scene.lake.get_object(MAIN_BRANCH, metadata_key("snapshot", 2))
+    )
+    after = _listing(scene.lake)
+    assert {k: v for k, v in after.items() if k in before and k != metadata_key("timestamp")} == {
+        k: v for k, v in before.items() if k != metadata_key("timestamp")
+    }, "nothing published is rewritten"
+    assert scene.vehicle().update().model_version == "2"
+    assert updater(scene.lake, scene.car, tmp_path / "new-car").update().model_version == "2"
+    release_engine(scene.lake, scene.keys, "3", seed=3)
+    assert scene.vehicle().update().model_version == "3"
+    assert updater(scene.lake, scene.car, tmp_path / "new-car").update().model_version == "3"
+
+
+def test_a_planted_root_in_the_chain_stops_the_signer_with_a_clear_error(scene: Scene) -> None:
+    """``2.root.json`` is the next root a vehicle walks to: one not signed by root v1's keys
+    stops vehicles too, so the signer refuses to build on it and says which file it is."""
+    root = newest(scene, "root")
+    root.sign(stranger())
+    scene.serve(metadata_key("root", 2), root)
+    before = _listing(scene.lake)
+
+    with pytest.raises(OtaError, match=r"2\.root\.json is not signed by root v1's keys"):
+        scene.refresh()
+
+    assert _listing(scene.lake) == before
+
+
+@pytest.mark.parametrize("role", ["timestamp", "snapshot", "targets"])
+def test_a_file_planted_at_the_next_version_is_refused_not_overwritten(
+    scene: Scene, role: str
+) -> None:
+    """A published version is immutable: a file already at the version the signer is about to
+    write stops the publication (and names it); nothing on ``main`` changes, and the car keeps
+    updating to what it trusts."""
+    tamper(
+        scene.lake, metadata_key(role, 3), scene.lake.get_object(MAIN_BRANCH, metadata_key(role, 1))
+    )
+    before = _listing(scene.lake)
+
+    with pytest.raises(OtaError, match=rf"3\.{role}\.json already exists .* refusing to overwrite"):
+        if role == "timestamp":
+            scene.refresh()
+        else:
+            release_engine(scene.lake, scene.keys, "3", seed=3)
+
+    assert _listing(scene.lake) == before
+    assert scene.vehicle().update().model_version == "2"
+
+
+def test_metadata_that_is_not_json_is_ignored_with_its_reason(scene: Scene) -> None:
+    tamper(scene.lake, metadata_key("snapshot", 7), b"\x00not json")
+    state = load_repository(scene.lake)
+    assert state.version("snapshot") == 2
+    assert len(state.ignored) == 1
+    assert state.ignored[0].startswith(f"{metadata_key('snapshot', 7)}: not TUF metadata")
