@@ -229,7 +229,9 @@ class Outbox:
         began in an earlier drain finishes on the branch it began on.
         ``on_progress("part", log_id, n)`` runs after each acknowledged part and
         ``on_progress("completed", log_id, parts)`` once the lake joined them, before the
-        outbox records it (progress display; tests crash the process there).
+        outbox records it (progress display; tests crash the process there). With
+        ``commit`` it also commits what a crashed earlier drain left staged
+        (:meth:`upload_branches`); ``commit=False`` leaves all commits to the caller.
         """
         report = DrainReport()
         lake.create_branch(batch_branch, source_ref=MAIN_BRANCH, exist_ok=True)
@@ -256,10 +258,17 @@ class Outbox:
                 report.stopped_by = outcome.stopped_by
                 break
         report.branches = sorted(touched)
-        for branch in report.branches if commit else []:
-            commit_id = commit_uploads(lake, branch, commit_metadata or {})
-            if commit_id:
-                report.commits[branch] = commit_id
+        if commit:
+            # Also the branches earlier drains completed uploads on: a run that crashed after
+            # an upload completed (its cached bytes deleted) but before its commit left it
+            # staged there, and nothing else would commit it.
+            recovered = set(self.upload_branches()) - touched
+            for branch in sorted(touched | recovered):
+                if branch in recovered and not lake.branch_exists(branch):
+                    continue  # ingested and cleaned up since
+                commit_id = commit_uploads(lake, branch, commit_metadata or {})
+                if commit_id:
+                    report.commits[branch] = commit_id
         return report
 
     # --------------------------------------------------------------------------- pulls
@@ -361,7 +370,7 @@ class Outbox:
 
     def upload_branches(self) -> list[str]:
         """Branches this outbox completed uploads on: where a crashed run may have left them
-        staged and uncommitted (``fleet_upload`` commits them on its next run)."""
+        staged and uncommitted (``drain(commit=True)`` and ``fleet_upload`` commit them)."""
         with self.store.connect() as db:
             return [
                 row["branch"]

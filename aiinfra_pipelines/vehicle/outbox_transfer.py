@@ -103,10 +103,17 @@ class LogTransfer:
         size = self.settings.part_bytes
         count = max(1, math.ceil(len(data) / size))
         with self.store.connect() as db:
-            # The lake is the truth about what arrived (a part acknowledged but not yet
-            # recorded when the car died counts as arrived).
-            for number, etag in resumed.parts.items():
-                db.execute("INSERT OR REPLACE INTO parts VALUES (?, ?, ?)", (log_id, number, etag))
+            # The lake is the truth about what arrived: a part acknowledged but not yet
+            # recorded when the car died went over the air, so it is recorded now, in the
+            # parts and in the transfers the daily budget counts.
+            recorded = {
+                row["part_number"]
+                for row in db.execute("SELECT part_number FROM parts WHERE log_id = ?", (log_id,))
+            }
+        for number, etag in sorted(resumed.parts.items()):
+            if number not in recorded:
+                chunk_bytes = len(data[(number - 1) * size : number * size])
+                self._record_part(log_id, number, etag, chunk_bytes)
         parts = dict(resumed.parts)
         for number in range(1, count + 1):
             if number in parts:

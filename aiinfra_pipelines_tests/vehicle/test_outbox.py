@@ -149,10 +149,17 @@ def _run_child(tmp_path: Path, lake: LocalLake, settings: dict, event: str, afte
     )
 
 
-@pytest.mark.parametrize(("event", "after"), [("part", 7), ("completed", 1)])
-def test_a_power_cut_mid_upload_loses_nothing_and_sends_nothing_twice(lake, tmp_path, event, after):
-    """SIGKILL after the 7th acknowledged part (mid-log) or right after the lake joined the
-    first log but before the outbox recorded it; a restarted outbox finishes the job."""
+@pytest.mark.parametrize(
+    ("event", "after", "recorded"), [("part", 7, 7), ("acknowledged", 7, 6), ("completed", 1, 5)]
+)
+def test_a_power_cut_mid_upload_loses_nothing_and_sends_nothing_twice(
+    lake, tmp_path, event, after, recorded
+):
+    """SIGKILL after the 7th acknowledged part was recorded (mid-log), after the lake
+    acknowledged the 7th part but before the outbox recorded it, or right after the lake joined
+    the first log but before the outbox recorded it; a restarted outbox finishes the job, and
+    its transfer records (what the daily budget counts) hold every part that went over the air
+    exactly once."""
     settings = config()
     outbox = Outbox(tmp_path / "car", OutboxSettings.load(settings))
     logs = {f"log-{i}": log(4 * PART + 100 * (i + 1), i) for i in range(3)}  # 5 parts each
@@ -162,23 +169,55 @@ def test_a_power_cut_mid_upload_loses_nothing_and_sends_nothing_twice(lake, tmp_
     child = _run_child(tmp_path, lake, settings, event, after)
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     before = Outbox(tmp_path / "car", OutboxSettings.load(settings)).transfers()
-    assert len(before) == (7 if event == "part" else 5)
+    assert len(before) == recorded
 
     restarted = Outbox(tmp_path / "car", OutboxSettings.load(settings))
     report = restarted.drain(lake, "ingest-car1", window_open=True)
     assert restarted.states() == dict.fromkeys(logs, UPLOADED)
     # After 7 parts log-0 was done and recorded; a log joined but not recorded before the cut
     # is recognised on the branch (``recovered``, below) and counts as finished now.
-    assert report.uploaded == (["log-1", "log-2"] if event == "part" else list(logs))
+    assert report.uploaded == (list(logs) if event == "completed" else ["log-1", "log-2"])
     for log_id, data in logs.items():
         assert lake.get_object("ingest-car1", f"logs/{log_id}.mcap") == data
     sent = restarted.transfers()
     assert len(sent) == len(set(sent)) == 15  # every part once, none twice
+    assert _transferred_bytes(tmp_path / "car") == sum(len(data) for data in logs.values())
     assert lake.uncommitted("ingest-car1") == []  # one commit holds them all
     assert not list((Path(lake.root) / "uploads").glob("*/upload.json"))  # no open upload left
     if event == "completed":
         events = [json.loads(row) for row in _events(tmp_path / "car", "uploaded")]
         assert events[0]["recovered"] is True  # found on the branch, not sent again
+
+
+def test_a_drain_commits_what_a_run_cut_before_its_commit_left_staged(lake, tmp_path):
+    """SIGKILL after every log completed and was recorded (cached bytes deleted) but before the
+    commit: the next ``drain(commit=True)``, with nothing left to send and another batch
+    branch, commits the stranded uploads where they lie."""
+    settings = config()
+    outbox = Outbox(tmp_path / "car", OutboxSettings.load(settings))
+    logs = {f"log-{i}": log(2 * PART + 10 * i, i) for i in range(2)}
+    for log_id, data in logs.items():
+        outbox.enqueue(log_id, data, ["hard_brake"])
+
+    child = _run_child(tmp_path, lake, settings, "commit", 1)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    assert outbox.states() == dict.fromkeys(logs, UPLOADED)
+    assert len(lake.uncommitted("ingest-car1")) == len(logs)
+
+    report = Outbox(tmp_path / "car", OutboxSettings.load(settings)).drain(
+        lake, "ingest-car1-next", window_open=True
+    )
+
+    assert report.uploaded == [] and report.parts_sent == 0
+    assert list(report.commits) == ["ingest-car1"]
+    assert lake.uncommitted("ingest-car1") == []
+    for log_id, data in logs.items():
+        assert lake.get_object(report.commits["ingest-car1"], f"logs/{log_id}.mcap") == data
+
+
+def _transferred_bytes(folder: Path) -> int:
+    with sqlite3.connect(folder / "outbox.sqlite3") as db:
+        return db.execute("SELECT COALESCE(SUM(bytes), 0) FROM transfers").fetchone()[0]
 
 
 def _events(folder: Path, kind: str) -> list[str]:
