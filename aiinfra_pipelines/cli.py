@@ -168,7 +168,7 @@ def logs_inspect(
 
     report = inspect_log(path, source)
     if as_json:
-        typer.echo(json.dumps(report, indent=2, sort_keys=True))
+        typer.echo(json.dumps(report, sort_keys=True))  # one object on one line
     else:
         verdict = "[green]accepted[/]" if report["accepted"] else "[red]refused[/]"
         console.print(
@@ -256,7 +256,7 @@ def pull_request(
         "main_commit": result.merge_commit,
     }
     if as_json:
-        typer.echo(json.dumps(report, indent=2, sort_keys=True))
+        typer.echo(json.dumps(report, sort_keys=True))
         return
     console.print(f"{result.request_id}: requested {len(result.requested)} segment(s)")
     for log_id, why in result.skipped.items():
@@ -282,7 +282,7 @@ def pull_list(
         r for r in pull_requests(_lake()) if not status_filter or r["status"] == status_filter
     ]
     if as_json:
-        typer.echo(json.dumps(requests, indent=2, sort_keys=True))
+        typer.echo(json.dumps(requests, sort_keys=True))
         return
     table = Table("log", "status", "slice", "requested", "answer")
     for request in requests:
@@ -400,7 +400,7 @@ def retention(
 
     plan = plan_retention(_lake(), datetime.now(UTC))
     if as_json:
-        typer.echo(json.dumps(plan.to_record(), indent=2, sort_keys=True))
+        typer.echo(json.dumps(plan.to_record(), sort_keys=True))
     else:
         render_plan(plan, console)
 

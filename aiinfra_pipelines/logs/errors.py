@@ -6,6 +6,8 @@ short code (rather than a parsed exception message) is what dashboards and tests
 
 from __future__ import annotations
 
+import re
+
 # Codes raised by the reader. Validation reuses them as ``Reason.code`` values.
 EMPTY = "empty"  # zero-byte file
 NOT_MCAP = "not_mcap"  # no MCAP magic: garbage or a different format
@@ -24,10 +26,32 @@ BAD_POINT_CLOUD = "bad_point_cloud"  # a LiDAR cloud whose field layout or size 
 MISSING_CALIBRATION = "missing_calibration"  # a required camera calibration was not recorded
 CLOCK_SKEW = "clock_skew"  # a sensor's clock is off against the camera's beyond logs.yaml
 BAD_CALIBRATION = "bad_calibration"  # camera calibration absent, non-finite or wrong size
+# Caps on what a file declares (logs.yaml ``limits``): refused before the claim is honoured.
+DECOMPRESSION_LIMIT = "decompression_limit"  # a chunk inflating past its size or ratio cap
+RECORD_LIMIT = "record_limit"  # more records in one file than the cap
+IMAGE_TOO_LARGE = "image_too_large"  # an image whose dimensions or pixel count pass the cap
 
 INTEGRITY_CODES: frozenset[str] = frozenset(
-    {EMPTY, NOT_MCAP, TRUNCATED, CRC_MISMATCH, CORRUPT, UNREADABLE}
+    {
+        EMPTY,
+        NOT_MCAP,
+        TRUNCATED,
+        CRC_MISMATCH,
+        CORRUPT,
+        UNREADABLE,
+        DECOMPRESSION_LIMIT,
+        RECORD_LIMIT,
+    }
 )
+
+# ``<_io.BytesIO object at 0x7f…>`` and the like: an address says nothing to the reader of a
+# reason, and differs between two runs on the same file.
+_OBJECT_REPR = re.compile(r"<[^<>]*? at 0x[0-9a-fA-F]+>")
+
+
+def plain(text: str) -> str:
+    """``text`` without object reprs (the same file gives the same reason, every time)."""
+    return _OBJECT_REPR.sub("<data>", text)
 
 
 class DriveLogError(Exception):
@@ -37,6 +61,7 @@ class DriveLogError(Exception):
     """
 
     def __init__(self, code: str, message: str) -> None:
+        message = plain(message)
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message

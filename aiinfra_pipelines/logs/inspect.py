@@ -10,33 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aiinfra_pipelines.logs.errors import DriveLogError
 from aiinfra_pipelines.logs.pii_check import pii_findings_report
-from aiinfra_pipelines.logs.reader import rate_hz, scan_mcap
 from aiinfra_pipelines.logs.sources.profiles import load_profiles
 from aiinfra_pipelines.logs.validation import validate_drive_log
-
-
-def _channels(data: bytes) -> list[dict[str, Any]]:
-    try:
-        scanned = scan_mcap(data)
-    except DriveLogError:
-        return []  # the verdict's reasons already say why the container cannot be read
-    rows = []
-    for channel in sorted(scanned.channels.values(), key=lambda c: c.topic):
-        schema = scanned.schemas.get(channel.schema_id)
-        records = scanned.messages.get(channel.topic, [])
-        rate = rate_hz(sorted(record.log_time for record in records))
-        rows.append(
-            {
-                "topic": channel.topic,
-                "encoding": channel.message_encoding,
-                "schema": "" if schema is None else schema.name,
-                "messages": len(records),
-                "rate_hz": None if rate is None else round(rate, 3),
-            }
-        )
-    return rows
 
 
 def inspect_log(path: Path, source: str | None = None) -> dict[str, Any]:
@@ -46,7 +22,7 @@ def inspect_log(path: Path, source: str | None = None) -> dict[str, Any]:
         known = ", ".join(sorted(load_profiles()))
         raise ValueError(f"no source profile named {source!r} (resources/sources: {known})")
     data = path.read_bytes()
-    report = validate_drive_log(data, source=source)
+    report = validate_drive_log(data, source=source)  # the file is scanned once, here
     return {
         "file": str(path),
         "bytes": len(data),
@@ -57,7 +33,7 @@ def inspect_log(path: Path, source: str | None = None) -> dict[str, Any]:
         "frame_rate_hz": report.frame_rate_hz,
         "reasons": [{"code": r.code, "message": r.message} for r in report.reasons],
         "metadata": dict(report.metadata),
-        "channels": _channels(data),
+        "channels": list(report.channels),
         "sensors": list(report.sensors),
         "derived_conditions": dict(report.derived_conditions),
         # The cloud's PII check as ingest runs it: check a file before and after upload.

@@ -2,10 +2,11 @@
 
 Integrity is checked before any content is trusted, in three layers, because mcap's readers
 each cover only part of it: the envelope (leading magic, closing footer + magic, summary CRC,
-which mcap does not check) catches truncation and cut uploads; a linear pass with
-``validate_crcs=True`` checks every chunk CRC and the data-section CRC (which the seeking reader
-skips); only then are messages decoded. Every failure becomes a :class:`DriveLogError` whose
-``code`` is stable (see :mod:`aiinfra_pipelines.logs.errors`).
+which mcap does not check) catches truncation and cut uploads; a linear pass
+(:mod:`.mcap_records`) checks every chunk CRC and the data-section CRC (which the seeking
+reader skips) under the caps of ``logs.yaml`` ``limits``; only then are messages decoded.
+Every failure becomes a :class:`DriveLogError` whose ``code`` is stable (see
+:mod:`aiinfra_pipelines.logs.errors`).
 The envelope and the error mapping live in :mod:`.mcap_envelope`, schema checks and message
 decoding in :mod:`.message_decode`; this module scans, aligns and assembles.
 
@@ -25,17 +26,18 @@ import numpy as np
 from mcap.reader import SeekingReader
 from mcap.records import Channel, Header, Metadata, Schema
 from mcap.records import Message as McapMessage
-from mcap.stream_reader import StreamReader
 from mcap.summary import Summary
 
 from aiinfra_pipelines.logs import _config, errors
 from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.limits import ReadLimits
 from aiinfra_pipelines.logs.mcap_envelope import (
     Source,
     check_envelope,
     open_source,
     translate_errors,
 )
+from aiinfra_pipelines.logs.mcap_records import iter_records
 from aiinfra_pipelines.logs.message_decode import (
     check_schemas,
     decode_message,
@@ -79,6 +81,24 @@ class ScannedLog:
         counts.update({topic: len(messages) for topic, messages in self.messages.items()})
         return counts
 
+    def channel_rows(self) -> list[dict[str, Any]]:
+        """Every channel with its encoding, schema, message count and rate (by topic)."""
+        rows = []
+        for channel in sorted(self.channels.values(), key=lambda c: c.topic):
+            schema = self.schemas.get(channel.schema_id)
+            records = self.messages.get(channel.topic, [])
+            rate = rate_hz(sorted(record.log_time for record in records))
+            rows.append(
+                {
+                    "topic": channel.topic,
+                    "encoding": channel.message_encoding,
+                    "schema": "" if schema is None else schema.name,
+                    "messages": len(records),
+                    "rate_hz": None if rate is None else round(rate, 3),
+                }
+            )
+        return rows
+
     def channel(self, topic: str) -> Channel | None:
         return next((c for c in self.channels.values() if c.topic == topic), None)
 
@@ -110,20 +130,20 @@ def _collect(scanned: ScannedLog, record: Any) -> None:
         scanned.header = record
 
 
-def _scan_stream(stream: BinaryIO) -> ScannedLog:
+def _scan_stream(stream: BinaryIO, limits: ReadLimits | None = None) -> ScannedLog:
     with translate_errors():
         size = check_envelope(stream)
         scanned = ScannedLog()
-        reader = StreamReader(stream, validate_crcs=True, record_size_limit=size)
-        for record in reader.records:
+        for record in iter_records(stream, size, limits or ReadLimits.load()):
             _collect(scanned, record)
     return scanned
 
 
-def scan_mcap(source: Source) -> ScannedLog:
-    """Read and integrity-check every record; raises :class:`DriveLogError` on damage."""
+def scan_mcap(source: Source, limits: ReadLimits | None = None) -> ScannedLog:
+    """Read and integrity-check every record under ``limits`` (logs.yaml's by default);
+    raises :class:`DriveLogError` on damage or on a file past a cap."""
     with open_source(source) as stream:
-        return _scan_stream(stream)
+        return _scan_stream(stream, limits)
 
 
 # --------------------------------------------------------------------------- alignment

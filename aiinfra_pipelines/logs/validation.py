@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from aiinfra_pipelines.logs import errors
-from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.errors import DriveLogError, plain
 from aiinfra_pipelines.logs.model import SIMULATED_PROFILE, TOPIC_CAMERA, DriveLog
 from aiinfra_pipelines.logs.pii_check import PiiFinding
 from aiinfra_pipelines.logs.reader import ScannedLog, build_drive_log, rate_hz, scan_mcap
@@ -107,11 +107,29 @@ def _validate(
 ) -> ValidationReport:
     try:
         scanned = scan_mcap(data)
-        profile = _choose_profile(scanned, source)
     except DriveLogError as exc:
         return ValidationReport(accepted=False, reasons=[Reason(exc.code, exc.message)])
-    if profile is not None and profile.name != SIMULATED_PROFILE:
-        return _validate_profiled(scanned, profile, rules, anonymized)
+    try:
+        profile = _choose_profile(scanned, source)
+    except DriveLogError as exc:
+        return ValidationReport(
+            accepted=False,
+            reasons=[Reason(exc.code, exc.message)],
+            channels=scanned.channel_rows(),
+        )
+    report = (
+        _validate_profiled(scanned, profile, rules, anonymized)
+        if profile is not None and profile.name != SIMULATED_PROFILE
+        else _validate_simulated(scanned, profile, rules, anonymized)
+    )
+    report.channels = scanned.channel_rows()
+    return report
+
+
+def _validate_simulated(
+    scanned: ScannedLog, profile: SourceProfile | None, rules: dict[str, Any], anonymized: bool
+) -> ValidationReport:
+    """A file in the simulated fleet's layout (logs.reader)."""
     metadata, reasons = metadata_reasons(scanned, rules, anonymized)
     reasons = check_channels(scanned) + reasons
     log = _build(scanned, metadata, reasons)
@@ -218,5 +236,5 @@ def validate_drive_log(
     except Exception as exc:  # the contract is "never raises", even for our own bugs
         return ValidationReport(
             accepted=False,
-            reasons=[Reason("validation_error", f"{type(exc).__name__}: {exc}")],
+            reasons=[Reason("validation_error", plain(f"{type(exc).__name__}: {exc}"))],
         )

@@ -41,6 +41,9 @@ class ValidationReport:
     calibration_sha256: str = ""
     # Regions the cloud's PII check found still readable (logs.pii_check); any one quarantines.
     pii_findings: list[PiiFinding] = field(default_factory=list)
+    # Every channel of the file as read (topic, encoding, schema, messages, rate_hz); empty when
+    # the container itself could not be read. What ``logs inspect`` shows, from the same scan.
+    channels: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def codes(self) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -98,8 +99,12 @@ def write_ros2_recording(
     lidar_clock_offset_ms: float = 0.0,
     lidar_clock_drift_ppm: float = 0.0,
     metadata: dict[str, str] | None = None,
+    craft_image: Callable[[int, bytes], bytes] | None = None,
 ) -> bytes:
-    """An MCAP file as a ROS 2 car records it: 10 Hz camera, 5 Hz GNSS, 10 Hz odom/status."""
+    """An MCAP file as a ROS 2 car records it: 10 Hz camera, 5 Hz GNSS, 10 Hz odom/status.
+
+    ``craft_image(i, jpeg)`` returns the bytes recorded for frame ``i`` in place of its JPEG
+    (hostile-input tests)."""
     log = make_synthetic_log(n_frames, image_height=HEIGHT, image_width=WIDTH, plates_per_frame=0)
     buffer = io.BytesIO()
     writer = Writer(buffer)
@@ -138,6 +143,8 @@ def write_ros2_recording(
         image = _jpeg(frame.image)
         if i == bad_jpeg_at:
             image = image[: len(image) // 3]  # a JPEG cut short: header but no scan data
+        if craft_image is not None:
+            image = craft_image(i, image)
         write(
             "/camera/front/image_raw/compressed",
             "sensor_msgs/msg/CompressedImage",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import simplejpeg
 from mcap.records import Channel, Schema
 from mcap.records import Message as McapMessage
 from mcap_protobuf.decoder import DecoderFactory as ProtobufDecoderFactory
@@ -25,10 +26,12 @@ from PIL import Image, UnidentifiedImageError
 
 from aiinfra_pipelines.logs import errors
 from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.limits import ReadLimits
 
 # PointField datatypes (sensor_msgs/PointField, foxglove.PackedElementField differ: see below).
 _ROS_FLOAT32 = 7
 _FOXGLOVE_FLOAT32 = 7
+_JPEG_MAGIC = b"\xff\xd8"
 
 
 class MessageDecoder:
@@ -94,22 +97,24 @@ def header_stamp_ns(message: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def image_rgb(message: Any, where: str) -> np.ndarray:
-    """An H x W x 3 uint8 image from a compressed (jpeg/png) or raw (rgb8/bgr8) camera message."""
+def image_rgb(message: Any, where: str, limits: ReadLimits | None = None) -> np.ndarray:
+    """An H x W x 3 uint8 image from a compressed (jpeg/png) or raw (rgb8/bgr8) camera message.
+
+    The dimensions the message states (a compressed image's header, a raw image's fields) are
+    checked against ``logs.yaml`` ``limits`` before any pixel is decoded (``image_too_large``);
+    a JPEG the decoder reports as damaged (libjpeg-turbo's "corrupt data" warnings, which
+    other decoders swallow and fill with grey) is ``bad_image``.
+    """
+    limits = limits or ReadLimits.load()
     data = bytes(_get(message, "data", default=b""))
     fmt = _get(message, "format")
     if fmt is not None:  # CompressedImage, ROS or Foxglove
-        try:
-            with Image.open(io.BytesIO(data)) as decoded:
-                return np.asarray(decoded.convert("RGB"), dtype=np.uint8).copy()
-        except (UnidentifiedImageError, OSError, ValueError) as exc:
-            raise DriveLogError(
-                errors.BAD_IMAGE, f"{where}: {fmt!r} image does not decode: {exc}"
-            ) from exc
+        return _compressed_rgb(data, str(fmt), where, limits)
     height, width = int(_get(message, "height", default=0)), int(_get(message, "width", default=0))
     step, encoding = int(_get(message, "step", default=0)), str(_get(message, "encoding"))
     if encoding not in ("rgb8", "bgr8"):
         raise DriveLogError(errors.BAD_IMAGE, f"{where}: raw encoding {encoding!r} unsupported")
+    limits.check_image(width, height, where)
     if height <= 0 or width <= 0 or step < width * 3 or len(data) < height * step:
         raise DriveLogError(
             errors.BAD_IMAGE, f"{where}: {len(data)} B cannot hold {height}x{width} {encoding}"
@@ -117,6 +122,42 @@ def image_rgb(message: Any, where: str) -> np.ndarray:
     rows = np.frombuffer(data, dtype=np.uint8, count=height * step).reshape(height, step)
     image = rows[:, : width * 3].reshape(height, width, 3)
     return (image[..., ::-1] if encoding == "bgr8" else image).copy()
+
+
+def _is_jpeg(data: bytes, fmt: str) -> bool:
+    return data[:2] == _JPEG_MAGIC or "jpeg" in fmt.lower() or "jpg" in fmt.lower()
+
+
+def _compressed_rgb(data: bytes, fmt: str, where: str, limits: ReadLimits) -> np.ndarray:
+    if _is_jpeg(data, fmt):
+        try:
+            height, width, _colorspace, _subsampling = simplejpeg.decode_jpeg_header(data)
+        except ValueError as exc:
+            raise DriveLogError(
+                errors.BAD_IMAGE, f"{where}: {fmt!r} image has no readable JPEG header: {exc}"
+            ) from exc
+        limits.check_image(width, height, where)
+        try:
+            return simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
+        except ValueError as exc:
+            raise DriveLogError(
+                errors.BAD_IMAGE, f"{where}: {fmt!r} image is damaged: {exc}"
+            ) from exc
+    try:
+        with Image.open(io.BytesIO(data)) as decoded:  # reads the header only
+            limits.check_image(decoded.width, decoded.height, where)
+            decoded.load()
+            return np.asarray(decoded.convert("RGB"), dtype=np.uint8).copy()
+    except Image.DecompressionBombError as exc:  # Pillow's own cap, met before ours
+        raise DriveLogError(errors.IMAGE_TOO_LARGE, f"{where}: {fmt!r} image: {exc}") from exc
+    except UnidentifiedImageError as exc:
+        raise DriveLogError(
+            errors.BAD_IMAGE, f"{where}: {fmt!r} image is not in a format we read"
+        ) from exc
+    except (OSError, ValueError) as exc:
+        raise DriveLogError(
+            errors.BAD_IMAGE, f"{where}: {fmt!r} image does not decode: {exc}"
+        ) from exc
 
 
 @dataclass(frozen=True)
