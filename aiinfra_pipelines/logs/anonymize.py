@@ -25,7 +25,7 @@ import pandas as pd
 
 from aiinfra_pipelines.config import dagster_home
 from aiinfra_pipelines.logs import _config
-from aiinfra_pipelines.logs.model import DriveLog, Frame
+from aiinfra_pipelines.logs.model import UNKNOWN_VALUE, DriveLog, Frame
 from aiinfra_pipelines.logs.reader import build_drive_log, scan_mcap
 
 ENV_KEY = "AIINFRA_ANON_KEY"
@@ -141,10 +141,17 @@ def _anonymize_frame(frame: Frame, decimals: int) -> Frame:
 
 
 def anonymize_metadata(metadata: Mapping[str, str], key: bytes) -> dict[str, str]:
-    """``vin`` dropped (not renamed: a key called vin must never hold anything but a VIN)."""
+    """``vin`` dropped (not renamed: a key called vin must never hold anything but a VIN).
+
+    A VIN the recorder never knew (``unknown``, derived by a source profile) has the pseudonym
+    ``unknown``: keying the word would make every such car one fake vehicle.
+    """
     anonymized = {name: value for name, value in metadata.items() if name != "vin"}
     if "vin" in metadata:
-        anonymized[PSEUDONYM_KEY] = pseudonymize_vin(metadata["vin"], key)
+        vin = metadata["vin"]
+        anonymized[PSEUDONYM_KEY] = (
+            UNKNOWN_VALUE if vin == UNKNOWN_VALUE else pseudonymize_vin(vin, key)
+        )
     return anonymized
 
 
@@ -161,6 +168,7 @@ def anonymize_log(log: DriveLog, key: bytes, gps_decimals: int | None = None) ->
         events=list(log.events),
         recording=log.recording,
         degradation=list(log.degradation),
+        unknown_signals=log.unknown_signals,
     )
 
 
@@ -226,9 +234,14 @@ def _as_table(data: Any) -> pd.DataFrame:
     return pd.DataFrame(list(data))
 
 
+def _needles(raw_vins: set[str]) -> set[str]:
+    """The VINs to search for, normalized; ``unknown`` (no VIN was recorded) is none."""
+    return {vin.strip().upper() for vin in raw_vins if vin.strip() and vin != UNKNOWN_VALUE}
+
+
 def _vin_hits(texts: Iterable[tuple[str, str]], raw_vins: set[str]) -> list[str]:
     """``(where, text)`` pairs that contain a raw VIN, case-insensitively."""
-    needles = {vin.strip().upper() for vin in raw_vins if vin.strip()}
+    needles = _needles(raw_vins)
     leaks = []
     for where, text in texts:
         upper = text.upper()
@@ -285,7 +298,7 @@ def _binary_vin_hits(column: str, values: Iterable[bytes], raw_vins: set[str]) -
     The same search as for text, without decoding every blob into a string first: a frames
     table holds megabytes of pixels per log, and this audit runs on every ingested batch.
     """
-    needles = {vin.strip().upper().encode() for vin in raw_vins if vin.strip()}
+    needles = {vin.encode() for vin in _needles(raw_vins)}
     found = {needle for value in values for needle in needles if needle in value.upper()}
     return [f"raw VIN found in column {column!r} ({len(found)} distinct)"] if found else []
 

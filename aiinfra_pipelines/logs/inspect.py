@@ -36,6 +36,10 @@ def inspect_log(path: Path, source: str | None = None) -> dict[str, Any]:
         "channels": list(report.channels),
         "sensors": list(report.sensors),
         "derived_conditions": dict(report.derived_conditions),
+        # Where each frame signal came from, "unknown" where the recording lacks it; and the
+        # metadata the profile derived because no record stated it.
+        "signal_sources": dict(report.signal_sources),
+        "derived_metadata": dict(report.derived_metadata),
         # The cloud's PII check as ingest runs it: check a file before and after upload.
         "pii_findings": pii_findings_report(report.pii_findings),
     }

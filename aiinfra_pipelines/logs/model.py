@@ -30,6 +30,9 @@ REQUIRED_METADATA_KEYS: tuple[str, ...] = (
     "recorded_at",
 )
 METADATA_SCHEMA_VERSION = "1"
+# The value of what a log cannot tell: a condition nobody recorded, metadata a stock recorder
+# never writes (logs.sources.metadata). A value of its own (a slice, a filter), never a guess.
+UNKNOWN_VALUE = "unknown"
 # Keys a log may carry besides the required ones: the car's anonymizer stamps what it did
 # (vehicle.anonymizer). Optional because a recording from before it, or from another fleet,
 # has none; the cloud's PII check judges the pixels either way.
@@ -146,6 +149,9 @@ class DriveLog:
     recording: Recording | None = None
     # The degradation state machine's transitions within the segment (time order).
     degradation: list[DegradationEvent] = field(default_factory=list)
+    # Frame signals the recording does not carry (a ROS 2 car without a brake report, a log
+    # without GNSS): NaN in every frame, and exempt from the finiteness check because of it.
+    unknown_signals: frozenset[str] = frozenset()
 
     @property
     def log_id(self) -> str:

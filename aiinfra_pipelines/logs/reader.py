@@ -17,6 +17,7 @@ went backwards is visible to validation instead of being silently re-sorted.
 from __future__ import annotations
 
 import bisect
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,9 @@ class ScannedLog:
     channels: dict[int, Channel] = field(default_factory=dict)
     messages: dict[str, list[McapMessage]] = field(default_factory=lambda: defaultdict(list))
     metadata: list[Metadata] = field(default_factory=list)
+    # SHA-256 of the file's bytes: a content id for logs whose recorder writes none
+    # (logs.sources.metadata derives a ROS 2 bag's log_id from it).
+    sha256: str = ""
 
     def message_counts(self) -> dict[str, int]:
         """Messages per topic, including registered channels that carry none."""
@@ -130,12 +134,24 @@ def _collect(scanned: ScannedLog, record: Any) -> None:
         scanned.header = record
 
 
+_HASH_BLOCK = 1 << 20
+
+
+def _sha256(stream: BinaryIO) -> str:
+    stream.seek(0)
+    digest = hashlib.sha256()
+    while block := stream.read(_HASH_BLOCK):
+        digest.update(block)
+    return digest.hexdigest()
+
+
 def _scan_stream(stream: BinaryIO, limits: ReadLimits | None = None) -> ScannedLog:
     with translate_errors():
         size = check_envelope(stream)
         scanned = ScannedLog()
         for record in iter_records(stream, size, limits or ReadLimits.load()):
             _collect(scanned, record)
+        scanned.sha256 = _sha256(stream)
     return scanned
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from aiinfra_pipelines.logs import errors
+from aiinfra_pipelines.logs.anonymize import PSEUDONYM_KEY
 from aiinfra_pipelines.logs.errors import DriveLogError, plain
 from aiinfra_pipelines.logs.model import SIMULATED_PROFILE, TOPIC_CAMERA, DriveLog
 from aiinfra_pipelines.logs.pii_check import PiiFinding
@@ -44,6 +45,7 @@ from aiinfra_pipelines.logs.sources.build import (
     clock_sync,
 )
 from aiinfra_pipelines.logs.sources.conditions import fill_conditions
+from aiinfra_pipelines.logs.sources.metadata import RecordingMetadata, derive_metadata
 from aiinfra_pipelines.logs.sources.profiles import SourceProfile, load_profiles, match_profile
 from aiinfra_pipelines.logs.validation_content import (
     check_log_content,
@@ -156,16 +158,31 @@ def _validate_simulated(
         sensors=with_clock(builder.sensors, sync),
         calibration_sha256=builder.calibration_sha256,
         pii_findings=findings,
+        signal_sources=builder.declared_signal_sources(),
     )
+
+
+def _recording_metadata(
+    scanned: ScannedLog, profile: SourceProfile, anonymized: bool
+) -> RecordingMetadata:
+    """The profile's record completed by its derived map; an anonymized log's unknown VIN is
+    its unknown pseudonym."""
+    found = derive_metadata(profile, scanned)
+    if anonymized and "vin" in found.derived:
+        found.values[PSEUDONYM_KEY] = found.values.pop("vin")
+        found.derived[PSEUDONYM_KEY] = found.derived.pop("vin")
+    return found
 
 
 def _validate_profiled(
     scanned: ScannedLog, profile: SourceProfile, rules: dict[str, Any], anonymized: bool
 ) -> ValidationReport:
-    """A real car's recording: the profile's metadata record, decoders and alignment."""
-    records = profile.metadata_records(scanned.metadata)
+    """A real car's recording: the profile's metadata (record and derived map), decoders and
+    alignment. What the log does not carry is unknown (signals, derived metadata), reported
+    with where everything else came from."""
+    found = _recording_metadata(scanned, profile, anonymized)
     reasons: list[Reason] = []
-    metadata: dict[str, str] = records[0] if records else {}
+    metadata = found.values
     builder = ProfileLogBuilder(scanned, profile)
     camera = profile.role("front_camera")
     times = np.array(
@@ -178,7 +195,7 @@ def _validate_profiled(
     except DriveLogError as exc:
         reasons.append(Reason(exc.code, exc.message))
         reasons += check_timing(times.tolist(), rules)
-    if not records:
+    if not found.records and not profile.metadata_derived:
         reasons.insert(
             0, Reason(errors.MISSING_METADATA, f"no '{profile.metadata_record}' metadata record")
         )
@@ -187,7 +204,7 @@ def _validate_profiled(
         if log is not None:
             log.metadata.update(metadata)
         builder.derived_conditions.update(derived)
-        reasons[:0] = check_metadata(metadata, rules, anonymized)
+        reasons[:0] = check_metadata(metadata, rules, anonymized, found.unknown)
     reasons += [Reason(problem.code, problem.message) for problem in builder.problems]
     sync = clock_sync(builder.clock_offsets())
     reasons += check_clock_sync(sync, rules)
@@ -210,6 +227,8 @@ def _validate_profiled(
         derived_conditions=dict(builder.derived_conditions),
         calibration_sha256=builder.calibration_sha256,
         pii_findings=findings,
+        signal_sources=dict(builder.signal_sources),
+        derived_metadata=dict(found.derived),
     )
 
 

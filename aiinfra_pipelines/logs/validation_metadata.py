@@ -1,5 +1,9 @@
 """Metadata checks: the ``drive_log`` record's key set, values and identity format.
 
+``unknown`` is a valid VIN only where the source profile derived it (a recorder that never
+knew the car, logs.sources.metadata), never where a record states it: a record saying
+``vin=unknown`` is a broken record. Its pseudonym (logs.anonymize) is ``unknown`` too.
+
 Apart from the content checks because metadata is all an index-only upload carries: the
 ingest index checks it without any frames (``ingest.index_records``).
 """
@@ -16,6 +20,7 @@ from aiinfra_pipelines.logs.model import (
     METADATA_SCHEMA_VERSION,
     OPTIONAL_METADATA_KEYS,
     REQUIRED_METADATA_KEYS,
+    UNKNOWN_VALUE,
 )
 from aiinfra_pipelines.logs.reader import ScannedLog
 from aiinfra_pipelines.logs.validation_report import Reason
@@ -79,27 +84,42 @@ def _check_recorded_at(metadata: dict[str, str], rules: dict[str, Any]) -> list[
 
 def _check_pseudonym(metadata: dict[str, str]) -> list[Reason]:
     value = metadata.get(PSEUDONYM_KEY)
-    if value is None or re.fullmatch(rf"{PSEUDONYM_PREFIX}[0-9a-f]+", value):
+    if value in (None, UNKNOWN_VALUE) or re.fullmatch(rf"{PSEUDONYM_PREFIX}[0-9a-f]+", value):
         return []
     return [Reason("invalid_pseudonym", f"{PSEUDONYM_KEY} {value!r} is not a pseudonym")]
 
 
-def _check_vin(metadata: dict[str, str], rules: dict[str, Any]) -> list[Reason]:
+def _check_vin(
+    metadata: dict[str, str], rules: dict[str, Any], derived_unknown: frozenset[str]
+) -> list[Reason]:
     value = metadata.get("vin")
     if value is None or re.fullmatch(rules["vin_pattern"], value):
+        return []
+    if value == UNKNOWN_VALUE and "vin" in derived_unknown:
         return []
     return [Reason("invalid_vin", f"vin of length {len(value)} does not match the VIN pattern")]
 
 
 def check_metadata(
-    metadata: dict[str, str], rules: dict[str, Any], anonymized: bool = False
+    metadata: dict[str, str],
+    rules: dict[str, Any],
+    anonymized: bool = False,
+    derived_unknown: frozenset[str] = frozenset(),
 ) -> list[Reason]:
-    """Key set, schema version, categorical values, recorded_at and VIN (or pseudonym) format."""
+    """Key set, schema version, categorical values, recorded_at and VIN (or pseudonym) format.
+
+    ``derived_unknown``: keys the source profile recorded as ``unknown`` (no recorder writes
+    them); there, and only there, ``unknown`` passes a format check.
+    """
     return [
         *_check_keys(metadata, anonymized),
         *_check_categories(metadata, rules),
         *_check_recorded_at(metadata, rules),
-        *(_check_pseudonym(metadata) if anonymized else _check_vin(metadata, rules)),
+        *(
+            _check_pseudonym(metadata)
+            if anonymized
+            else _check_vin(metadata, rules, derived_unknown)
+        ),
     ]
 
 

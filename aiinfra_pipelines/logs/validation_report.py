@@ -41,6 +41,12 @@ class ValidationReport:
     calibration_sha256: str = ""
     # Regions the cloud's PII check found still readable (logs.pii_check); any one quarantines.
     pii_findings: list[PiiFinding] = field(default_factory=list)
+    # Frame signal -> where its values came from ("/odom twist.twist.linear.x"), "unknown"
+    # where the recording does not carry it (NaN in the frames, DriveLog.unknown_signals).
+    signal_sources: dict[str, str] = field(default_factory=dict)
+    # Metadata keys the source profile derived (no record stated them) -> how: the content
+    # hash, the first message time, the supported version, or "unknown".
+    derived_metadata: dict[str, str] = field(default_factory=dict)
     # Every channel of the file as read (topic, encoding, schema, messages, rate_hz); empty when
     # the container itself could not be read. What ``logs inspect`` shows, from the same scan.
     channels: list[dict[str, Any]] = field(default_factory=list)
@@ -62,4 +68,6 @@ class ValidationReport:
             "sensors": list(self.sensors),
             "derived_conditions": dict(self.derived_conditions),
             "calibration_sha256": self.calibration_sha256,
+            "signal_sources": dict(self.signal_sources),
+            "derived_metadata": dict(self.derived_metadata),
         }

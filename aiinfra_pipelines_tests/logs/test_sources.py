@@ -101,7 +101,9 @@ def test_an_unknown_layout_is_refused_naming_what_each_profile_misses() -> None:
     with pytest.raises(errors.DriveLogError) as refused:
         match_profile(channels)
     assert refused.value.code == errors.UNKNOWN_SOURCE
-    assert "ros2 lacks front_camera (/camera/front/image_raw/compressed)" in str(refused.value)
+    assert "ros2 lacks front_camera (looked at /camera/front/image_raw/compressed" in str(
+        refused.value
+    )
     assert "foxglove lacks" in str(refused.value)
 
 

@@ -1,8 +1,11 @@
 """Rebuilding frames from a real car's recording through its source profile.
 
 The front camera is the frame clock: each camera message is a frame, and every other frame role
-(GNSS, pose, vehicle status) contributes its sample nearest in log time, within the role's
-``max_age_s`` — real sensors run at their own rates and are never stamped alike. Sensors that
+(GNSS, pose, the vehicle signals' sources) contributes its sample nearest in log time, within the
+role's ``max_age_s`` — real sensors run at their own rates and are never stamped alike. A frame
+role the profile does not require and the file does not carry is unknown, not a refusal: NaN in
+every frame and named in ``DriveLog.unknown_signals`` (a ROS 2 car without GNSS still has
+camera frames worth indexing); where each signal came from is reported. Sensors that
 only flow through (calibration, LiDAR, IMU, transforms) are decoded and checked here so that a
 log whose calibration or point clouds cannot be read is refused at the door, and summarized
 per sensor for the inspection report and the scene index.
@@ -21,10 +24,17 @@ from mcap.records import Message as McapMessage
 from aiinfra_pipelines.logs import errors
 from aiinfra_pipelines.logs.errors import DriveLogError
 from aiinfra_pipelines.logs.model import DriveLog, Frame, TriggerEvent
-from aiinfra_pipelines.logs.reader import align_records, rate_hz
+from aiinfra_pipelines.logs.reader import rate_hz
 from aiinfra_pipelines.logs.rig import calibration_sha256
 from aiinfra_pipelines.logs.sources import decode
+from aiinfra_pipelines.logs.sources.metadata import derive_metadata
 from aiinfra_pipelines.logs.sources.profiles import CALIBRATION_SUFFIX, SourceProfile
+from aiinfra_pipelines.logs.sources.signals import (
+    UNKNOWN,
+    VEHICLE_SIGNALS,
+    SignalReader,
+    nearest_samples,
+)
 
 # Roles whose messages carry the sensor's own time stamp, checked against the log clock.
 STAMPED_ROLES: tuple[str, ...] = (
@@ -35,12 +45,19 @@ STAMPED_ROLES: tuple[str, ...] = (
     "pose",
     "imu",
     "vehicle_status",
+    "velocity_report",
+    "steering_report",
+    "can",
 )
 # Cameras a profile may map; each one's calibration is the role ``<camera>_calibration``.
 CAMERA_ROLES: tuple[str, ...] = ("front_camera", "rear_camera")
 
-# Roles decoded only to check (LiDAR's layout) and summarize; they do not become frame fields.
+# Roles decoded only to check (LiDAR's layout) and summarize; they do not become frame fields
+# (the IMU may still feed a signal, :mod:`.signals`).
 PASS_THROUGH_ROLES: tuple[str, ...] = ("lidar", "imu", "static_transforms")
+# Frame fields read from the GNSS fix and from the pose, unknown together when a role is absent.
+POSITION_SIGNALS: tuple[str, ...] = ("latitude", "longitude")
+POSE_SIGNALS: tuple[str, ...] = ("x", "y", "heading")
 
 
 @dataclass
@@ -81,20 +98,6 @@ def _rate(records: list[McapMessage]) -> float | None:
     return None if rate is None else round(rate, 3)
 
 
-def _nearest(
-    records: list[McapMessage], frame_times: list[int], max_age_ns: int, role: str
-) -> list[McapMessage]:
-    """Each frame's sample of ``role`` (the reader's alignment); refused where one lacks it."""
-    picked = align_records(frame_times, records, max_age_ns)
-    for time, record in zip(frame_times, picked, strict=True):
-        if record is None:
-            raise DriveLogError(
-                errors.UNALIGNED_CHANNEL,
-                f"{role} has no sample within {max_age_ns / 1e9:g} s of camera frame {time}",
-            )
-    return picked
-
-
 class ProfileLogBuilder:
     """Decodes a scanned file's roles with one :class:`SourceProfile`."""
 
@@ -114,6 +117,8 @@ class ProfileLogBuilder:
         # What the calibration hash covers: each camera's intrinsics, every static transform.
         self.calibrations: dict[str, dict[str, Any]] = {}
         self.transforms: list[dict[str, Any]] = []
+        # Frame signal -> where its values came from ("unknown": the log does not carry it).
+        self.signal_sources: dict[str, str] = {}
 
     def _records(self, role: str) -> tuple[Channel | None, list[McapMessage]]:
         spec = self.profile.role(role)
@@ -137,7 +142,7 @@ class ProfileLogBuilder:
     def _summarize(self, role: str, **details: Any) -> None:
         spec = self.profile.role(role)
         channel, records = self._records(role)
-        if spec is None or channel is None:
+        if spec is None or channel is None or any(s.role == role for s in self.sensors):
             return
         schema = self.scanned.schemas.get(channel.schema_id)
         name = spec.schema if schema is None else schema.name  # raw or JPEG, as recorded
@@ -154,7 +159,8 @@ class ProfileLogBuilder:
             if spec is not None and spec.required:
                 raise DriveLogError(
                     errors.MISSING_CALIBRATION,
-                    f"{label} calibration ({spec.topic}) was not recorded",
+                    f"{label} calibration was not recorded (looked at "
+                    f"{', '.join(self.profile.looked_at(role))})",
                 )
             return
         calibration = decode.calibration(messages[-1])
@@ -214,7 +220,11 @@ class ProfileLogBuilder:
                 if role.endswith(CALIBRATION_SUFFIX)
                 else errors.MISSING_CHANNEL
             )
-            where = f"{spec.topic}" if spec is not None else f"not mapped by {self.profile.name}"
+            where = (
+                ", ".join(self.profile.looked_at(role))
+                if spec is not None
+                else f"not mapped by {self.profile.name}"
+            )
             self.problems.append(
                 DriveLogError(code, f"{role} ({where}) is required by the sensor config")
             )
@@ -263,10 +273,56 @@ class ProfileLogBuilder:
                 offsets[role] = (np.asarray(times), np.asarray(deltas))
         return offsets
 
+    def _absent(self, role: str) -> DriveLogError:
+        """A required frame role without messages, naming every topic looked at."""
+        return DriveLogError(
+            errors.MISSING_CHANNEL,
+            f"{role} has no messages (looked at {', '.join(self.profile.looked_at(role))})",
+        )
+
+    def _aligned(self, role: str, frame_times: list[int]) -> list[Any] | None:
+        """Each frame's decoded sample of ``role``; ``None`` when an optional role is absent."""
+        spec = self.profile.role(role)
+        channel, records = self._records(role)
+        if spec is None or channel is None or not records:
+            if spec is not None and spec.required:
+                raise self._absent(role)
+            return None
+        picked = nearest_samples(records, frame_times, round(spec.max_age_s * 1e9), role)
+        self._summarize(role)
+        return [self._decode(channel, record) for record in picked]
+
+    def _located(
+        self, role: str, names: tuple[str, ...], frame_times: list[int], read: Any
+    ) -> dict[str, list[float]]:
+        """GNSS or pose fields per frame, or NaN for all of ``names`` without that role."""
+        messages = self._aligned(role, frame_times)
+        if messages is None:
+            self.signal_sources.update({name: UNKNOWN for name in names})
+            return {name: [float("nan")] * len(frame_times) for name in names}
+        topic = self.profile.roles[role].topic
+        self.signal_sources.update({name: f"{topic} {name}" for name in names})
+        columns = list(zip(*(read(message) for message in messages), strict=True))
+        return {name: [float(v) for v in col] for name, col in zip(names, columns, strict=True)}
+
+    def declared_signal_sources(self) -> dict[str, str]:
+        """Where a log rebuilt by the simulated reader takes each signal from (its profile's
+        first source of each), for the same report a real car's log gets."""
+        sources = {}
+        for name in VEHICLE_SIGNALS:
+            spec = self.profile.signals.get(name)
+            first = spec.sources[0] if spec is not None and spec.sources else None
+            role = self.profile.role(first.role) if first is not None else None
+            sources[name] = UNKNOWN if role is None else f"{role.topic} {first.field}"
+        for role, names in (("gnss", POSITION_SIGNALS), ("pose", POSE_SIGNALS)):
+            spec = self.profile.role(role)
+            sources.update({n: UNKNOWN if spec is None else f"{spec.topic} {n}" for n in names})
+        return sources
+
     def build(self, metadata: dict[str, str]) -> DriveLog:
         channel, camera_records = self._records("front_camera")
         if channel is None or not camera_records:
-            raise DriveLogError(errors.MISSING_CHANNEL, "the front camera has no messages")
+            raise self._absent("front_camera")
         frame_times = [record.log_time for record in camera_records]
         images = [
             decode.image_rgb(self._decode(channel, record), f"frame {record.log_time}")
@@ -274,34 +330,25 @@ class ProfileLogBuilder:
         ]
         self._summarize("front_camera", width=images[0].shape[1], height=images[0].shape[0])
         self.check_sensors({"front_camera": images[0].shape})
-        aligned: dict[str, list[Any]] = {}
-        for role in ("gnss", "pose", "vehicle_status"):
-            spec = self.profile.role(role)
-            role_channel, records = self._records(role)
-            if spec is None or role_channel is None or not records:
-                raise DriveLogError(errors.MISSING_CHANNEL, f"{role} has no messages")
-            picked = _nearest(records, frame_times, round(spec.max_age_s * 1e9), role)
-            aligned[role] = [self._decode(role_channel, record) for record in picked]
+        columns = self._located("gnss", POSITION_SIGNALS, frame_times, decode.position_fix)
+        columns |= self._located("pose", POSE_SIGNALS, frame_times, decode.pose_xy_heading)
+        signals = SignalReader(self.profile, self._records, self._decode, frame_times)
+        found = signals.read()
+        for role in signals.used_roles:
             self._summarize(role)
+        columns |= found.values
+        self.signal_sources.update(found.sources)
         frames = [
-            self._frame(time, image, aligned, i)
+            Frame(
+                timestamp_ns=time,
+                image=image,
+                **{name: values[i] for name, values in columns.items()},
+            )
             for i, (time, image) in enumerate(zip(frame_times, images, strict=True))
         ]
-        return DriveLog(metadata=dict(metadata), frames=frames, events=self._events())
-
-    def _frame(self, time: int, image: np.ndarray, aligned: dict[str, list[Any]], i: int) -> Frame:
-        latitude, longitude = decode.position_fix(aligned["gnss"][i])
-        x, y, heading = decode.pose_xy_heading(aligned["pose"][i])
-        status = decode.vehicle_status(aligned["vehicle_status"][i], f"frame {time}")
-        return Frame(
-            timestamp_ns=time,
-            image=image,
-            latitude=latitude,
-            longitude=longitude,
-            x=x,
-            y=y,
-            heading=heading,
-            **status,
+        unknown = frozenset(name for name, where in self.signal_sources.items() if where == UNKNOWN)
+        return DriveLog(
+            metadata=dict(metadata), frames=frames, events=self._events(), unknown_signals=unknown
         )
 
     def _events(self) -> list[TriggerEvent]:
@@ -329,16 +376,20 @@ class ProfileLogBuilder:
 
 
 def read_profiled_log(scanned: Any, name: str | None = None) -> DriveLog:
-    """A real car's log read with its source profile (named, or matched by channels)."""
+    """A real car's log read with its source profile (named, or matched by channels).
+
+    Its metadata is the profile's record completed by the profile's derived map (the log id
+    from the content hash, ``unknown`` for what a recorder never writes), as validation sees it.
+    """
     from aiinfra_pipelines.logs.sources.profiles import match_profile
 
     profile = match_profile(channels_by_topic(scanned.channels, scanned.schemas), name)
-    records = profile.metadata_records(scanned.metadata)
-    if not records:
+    metadata = derive_metadata(profile, scanned)
+    if not metadata.records and not profile.metadata_derived:
         raise DriveLogError(
             errors.MISSING_METADATA, f"no '{profile.metadata_record}' metadata record"
         )
-    return ProfileLogBuilder(scanned, profile).build(records[0])
+    return ProfileLogBuilder(scanned, profile).build(metadata.values)
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from aiinfra_pipelines.logs.model import DriveLog
+from aiinfra_pipelines.logs.model import UNKNOWN_VALUE, DriveLog
 
 CONDITION_KEYS: tuple[str, ...] = ("lighting", "weather", "road_type")
-UNKNOWN = "unknown"
+UNKNOWN = UNKNOWN_VALUE
 
 
 def solar_elevation_deg(latitude: float, longitude: float, when: datetime) -> float:
@@ -58,7 +58,10 @@ def solar_elevation_deg(latitude: float, longitude: float, when: datetime) -> fl
 
 
 def derive_lighting(log: DriveLog, recorded_at: str, rules: Mapping[str, Any]) -> tuple[str, str]:
-    """(lighting, how it was decided) from the sun at the first fix, else the images."""
+    """(lighting, how it was decided) from the sun at the first fix, else the images.
+
+    A log without GNSS (NaN positions, an unknown signal) has no sun to ask: the images decide.
+    """
     frames = log.frames
     if not frames:
         return UNKNOWN, "no frames"
@@ -66,15 +69,16 @@ def derive_lighting(log: DriveLog, recorded_at: str, rules: Mapping[str, Any]) -
         when = datetime.fromisoformat(recorded_at)
     except (TypeError, ValueError):
         when = None
-    if when is not None and when.tzinfo is not None:
-        elevation = solar_elevation_deg(frames[0].latitude, frames[0].longitude, when)
+    fix = (frames[0].latitude, frames[0].longitude)
+    if when is not None and when.tzinfo is not None and all(map(math.isfinite, fix)):
+        elevation = solar_elevation_deg(*fix, when)
         if elevation > float(rules["day_min_sun_elevation_deg"]):
             return "day", f"sun {elevation:.1f} deg above the horizon"
         if elevation < float(rules["night_max_sun_elevation_deg"]):
             return "night", f"sun {elevation:.1f} deg below the horizon"
     brightness = float(np.mean([frame.image.mean() for frame in frames]))
     lighting = "night" if brightness <= float(rules["night_max_mean_brightness"]) else "day"
-    return lighting, f"twilight or no time: mean image brightness {brightness:.0f}"
+    return lighting, f"twilight, no time or no fix: mean image brightness {brightness:.0f}"
 
 
 def fill_conditions(

@@ -85,10 +85,11 @@ def _get(message: Any, *names: str, default: Any = None) -> Any:
 
 
 def header_stamp_ns(message: Any) -> int | None:
-    """The sensor's own stamp: ROS ``header.stamp``, Foxglove ``timestamp``, JSON ``stamp_ns``."""
+    """The sensor's own stamp: ROS ``header.stamp`` (or a bare ``stamp``, as Autoware's
+    ``SteeringReport`` has), Foxglove ``timestamp``, JSON ``stamp_ns``."""
     header = _get(message, "header")
-    if header is not None and _get(header, "stamp") is not None:
-        stamp = header.stamp
+    stamp = _get(header, "stamp") if header is not None else _get(message, "stamp")
+    if stamp is not None and hasattr(stamp, "nanosec"):
         return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
     stamp = _get(message, "timestamp")
     if stamp is not None and hasattr(stamp, "seconds"):
@@ -294,17 +295,3 @@ def pose_xy_heading(message: Any) -> tuple[float, float, float]:
     q = pose.orientation
     yaw = math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
     return float(pose.position.x), float(pose.position.y), yaw
-
-
-VEHICLE_STATUS_KEYS: tuple[str, ...] = ("speed_mps", "accel_mps2", "steering_rad", "brake")
-
-
-def vehicle_status(message: Any, where: str) -> dict[str, float]:
-    """The CAN signals a frame carries, from a JSON status (or the simulator's CanSignals)."""
-    values = {}
-    for key in VEHICLE_STATUS_KEYS:
-        value = _get(message, key)
-        if value is None:
-            raise DriveLogError(errors.DECODE_ERROR, f"{where}: vehicle status lacks {key!r}")
-        values[key] = float(value)
-    return values

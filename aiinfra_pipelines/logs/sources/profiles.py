@@ -3,21 +3,31 @@
 A real fleet records on its own topic names and message schemas (ROS 2 CDR, Foxglove protobuf,
 JSON). A profile maps the roles ingestion needs — front camera, calibration, GNSS, pose,
 vehicle status, events, and the sensors that only flow through (LiDAR, IMU, transforms) — to
-topics with their encoding and schema, so one reader serves every layout. A profile is chosen
-by name (an upload's or ``aiinfra logs inspect --source``) or by matching the file's channels;
-a file no profile fits is refused with what each profile found missing.
+topics with their encoding and schema, so one reader serves every layout. A role may list
+several candidates (``candidates``: the generic ROS names and Autoware's, say); matching
+resolves each role to the first candidate the file carries and hands back a concrete profile,
+so everything downstream reads one ``RoleSpec.topic`` per role. The profile also says where each
+vehicle signal comes from (``signals``, :mod:`.signals`; raw CAN through its ``can`` table,
+:mod:`.can`) and how metadata a recorder never writes is derived (``metadata.derived``,
+:mod:`.metadata`). A profile is chosen by name (an upload's or ``aiinfra logs inspect
+--source``) or by matching the file's channels; a file no profile fits is refused with what
+each profile found missing, naming every topic that was looked at.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiinfra_pipelines.config import load_resource_yaml, resources_dir
 from aiinfra_pipelines.logs import errors
 from aiinfra_pipelines.logs.errors import DriveLogError
 from aiinfra_pipelines.logs.model import SIMULATED_PROFILE
+from aiinfra_pipelines.logs.sources.can import CanSignal, parse_can_table
+from aiinfra_pipelines.logs.sources.metadata import MetadataRule, parse_metadata_rules
+from aiinfra_pipelines.logs.sources.signals import SignalSpec, default_signals, parse_signals
 
 SOURCES_DIR = "sources"
 # Encodings a role may declare: MCAP message encoding on the channel.
@@ -25,6 +35,8 @@ ENCODINGS = frozenset({"cdr", "protobuf", "json"})
 # The roles a frame is rebuilt from; every profile must declare them (required or not).
 FRAME_ROLES: tuple[str, ...] = ("front_camera", "gnss", "pose", "vehicle_status")
 CALIBRATION_SUFFIX = "_calibration"
+# Role keys a candidate inherits from its role when it does not set them itself.
+_INHERITED = ("encoding", "schema")
 
 
 @dataclass(frozen=True)
@@ -43,23 +55,42 @@ class RoleSpec:
 
     @property
     def schemas(self) -> tuple[str, ...]:
-        return (self.schema, *self.alternatives)
+        """Accepted schema names; empty: any (a JSON channel is matched by its keys)."""
+        return (self.schema, *self.alternatives) if self.schema else ()
 
     def accepts(self, encoding: str, schema: str) -> bool:
-        return encoding == self.encoding and schema in self.schemas
+        return encoding == self.encoding and (not self.schemas or schema in self.schemas)
+
+    def describe(self) -> str:
+        return f"{self.encoding} {' or '.join(self.schemas) or 'any schema'}"
 
 
 @dataclass(frozen=True)
 class SourceProfile:
-    """A recording layout: roles by name, and where the log's metadata record lives."""
+    """A recording layout: roles by name, where its metadata lives, where its signals come from.
+
+    ``roles`` holds one spec per role: the candidate a file resolved to (:meth:`resolve`), or
+    the first candidate before resolution. ``candidates`` keeps every one, most preferred first.
+    """
 
     name: str
     roles: Mapping[str, RoleSpec]
     metadata_record: str = "drive_log"
     metadata_keys: Mapping[str, str] | None = None
+    candidates: Mapping[str, tuple[RoleSpec, ...]] = field(default_factory=dict)
+    signals: Mapping[str, SignalSpec] = field(default_factory=default_signals)
+    can: Mapping[str, CanSignal] = field(default_factory=dict)
+    # Project metadata key -> how it is derived when the record lacks it (or there is none).
+    metadata_derived: Mapping[str, MetadataRule] = field(default_factory=dict)
 
     def role(self, name: str) -> RoleSpec | None:
         return self.roles.get(name)
+
+    def looked_at(self, role: str) -> list[str]:
+        """Every topic the role may be recorded on, most preferred first."""
+        return [spec.topic for spec in self.candidates.get(role, ())] or (
+            [self.roles[role].topic] if role in self.roles else []
+        )
 
     @property
     def required(self) -> list[RoleSpec]:
@@ -78,37 +109,77 @@ class SourceProfile:
         renames = {theirs: ours for ours, theirs in (self.metadata_keys or {}).items()}
         return {renames.get(key, key): value for key, value in record.items()}
 
-    def missing(self, channels: Mapping[str, tuple[str, str]]) -> tuple[list[str], list[str]]:
-        """(absent, mismatched): required roles whose topic is absent / carries another schema.
+    def _choose(
+        self, role: str, channels: Mapping[str, tuple[str, str]]
+    ) -> tuple[RoleSpec | None, RoleSpec | None]:
+        """(the first candidate the file carries as declared, the first it carries otherwise)."""
+        wrong = None
+        for spec in self.candidates.get(role, (self.roles[role],)):
+            found = channels.get(spec.topic)
+            if found is None:
+                continue
+            if spec.accepts(*found):
+                return spec, None
+            wrong = wrong or spec
+        return None, wrong
 
-        ``channels`` maps topic -> (message encoding, schema name) as found in the file.
+    def resolve(self, channels: Mapping[str, tuple[str, str]]) -> SourceProfile:
+        """This profile with each role at the first candidate the file carries.
+
+        A role the file does not carry keeps its first candidate (its topic has no messages,
+        so it reads as absent, and a refusal can still name it).
+        """
+        roles = {}
+        for role, default in self.roles.items():
+            chosen, _wrong = self._choose(role, channels)
+            roles[role] = chosen or self.candidates.get(role, (default,))[0]
+        return dataclasses.replace(self, roles=roles)
+
+    def missing(self, channels: Mapping[str, tuple[str, str]]) -> tuple[list[str], list[str]]:
+        """(absent, mismatched): required roles on no candidate topic / roles on another schema.
+
+        ``channels`` maps topic -> (message encoding, schema name) as found in the file. A role
+        whose topic is there with another schema (and no candidate fits) is mismatched, required
+        or not: a topic we read carrying something else is schema drift, never silently unknown.
         Calibration roles are not matched on: a log without its calibration is still this
         profile's log, refused later for that reason (``missing_calibration``).
         """
         absent, mismatched = [], []
-        for spec in self.required:
-            if spec.role.endswith(CALIBRATION_SUFFIX):
+        for role, spec in self.roles.items():
+            if role.endswith(CALIBRATION_SUFFIX):
                 continue
-            found = channels.get(spec.topic)
-            if found is None:
-                absent.append(f"{spec.role} ({spec.topic})")
-            elif not spec.accepts(*found):
+            chosen, wrong = self._choose(role, channels)
+            if chosen is not None:
+                continue
+            if wrong is not None:
+                found = channels[wrong.topic]
                 mismatched.append(
-                    f"{spec.role} ({spec.topic} carries {found[0]} {found[1]}, "
-                    f"not {spec.encoding} {' or '.join(spec.schemas)})"
+                    f"{role} ({wrong.topic} carries {found[0]} {found[1]}, not {wrong.describe()})"
                 )
+            elif spec.required:
+                absent.append(f"{role} (looked at {', '.join(self.looked_at(role))})")
         return absent, mismatched
 
 
-def _role(name: str, raw: Mapping[str, Any], profile: str) -> RoleSpec:
+def _role(name: str, raw: Mapping[str, Any], profile: str) -> tuple[RoleSpec, ...]:
+    """A role's candidates: ``candidates: [...]`` under shared keys, or one ``topic``."""
+    listed = raw.get("candidates")
+    if listed is None:
+        listed = [{"topic": raw.get("topic")}] if "topic" in raw else []
+    if not listed:
+        raise ValueError(f"source profile {profile}: role {name} lacks topic")
+    return tuple(_candidate(name, {**raw, **entry}, profile) for entry in listed)
+
+
+def _candidate(name: str, raw: Mapping[str, Any], profile: str) -> RoleSpec:
     try:
-        schemas = raw["schema"]
+        schemas = raw.get("schema") or []
         names = [str(schemas)] if isinstance(schemas, str) else [str(s) for s in schemas]
         spec = RoleSpec(
             role=name,
             topic=str(raw["topic"]),
             encoding=str(raw["encoding"]),
-            schema=names[0],
+            schema=names[0] if names else "",
             required=bool(raw.get("required", False)),
             max_age_s=float(raw.get("max_age_s", 0.05)),
             alternatives=tuple(names[1:]),
@@ -120,6 +191,9 @@ def _role(name: str, raw: Mapping[str, Any], profile: str) -> RoleSpec:
             f"source profile {profile}: role {name} encoding {spec.encoding!r} is not one of "
             f"{sorted(ENCODINGS)}"
         )
+    if not spec.schemas and spec.encoding != "json":
+        # Only JSON identifies itself by content; CDR and protobuf need their schema to decode.
+        raise ValueError(f"source profile {profile}: role {name} lacks schema")
     return spec
 
 
@@ -128,16 +202,21 @@ def parse_profile(raw: Mapping[str, Any]) -> SourceProfile:
     name = str(raw.get("name") or "")
     if not name:
         raise ValueError("source profile without a name")
-    roles = {role: _role(role, spec, name) for role, spec in (raw.get("roles") or {}).items()}
-    absent = [role for role in FRAME_ROLES if role not in roles]
+    candidates = {role: _role(role, spec, name) for role, spec in (raw.get("roles") or {}).items()}
+    absent = [role for role in FRAME_ROLES if role not in candidates]
     if absent:
         raise ValueError(f"source profile {name} does not map frame role(s) {absent}")
     metadata = raw.get("metadata") or {}
+    can = parse_can_table(raw.get("can"), name)
     return SourceProfile(
         name=name,
-        roles=roles,
+        roles={role: specs[0] for role, specs in candidates.items()},
         metadata_record=str(metadata.get("record", "drive_log")),
         metadata_keys=dict(metadata.get("keys") or {}),
+        candidates=candidates,
+        signals=parse_signals(raw.get("signals"), list(candidates), can, name),
+        can=can,
+        metadata_derived=parse_metadata_rules(metadata.get("derived"), name),
     )
 
 
@@ -164,7 +243,7 @@ def match_profile(
     name: str | None = None,
     profiles: Mapping[str, SourceProfile] | None = None,
 ) -> SourceProfile:
-    """The profile for a file with ``channels`` (topic -> (encoding, schema)).
+    """The profile for a file with ``channels`` (topic -> (encoding, schema)), resolved to it.
 
     Named: that profile, refused (``unknown_source``) when the file lacks what it requires.
     Unnamed: the first profile (simulated, then by name) whose required roles are all there.
@@ -182,7 +261,7 @@ def match_profile(
     for profile in candidates.values():
         absent, mismatched = profile.missing(channels)
         if not absent and not mismatched:
-            return profile
+            return profile.resolve(channels)
         findings.append(f"{profile.name} lacks {', '.join(absent + mismatched)}")
         if not absent:  # every topic is there, some carry another schema: schema drift
             wrong_schema.append(f"{profile.name}: {', '.join(mismatched)}")
