@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from aiinfra_pipelines.cli import app
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 from aiinfra_pipelines.logs.writer import write_drive_log
+from aiinfra_pipelines_tests.support.ros2_bags import write_ros2_bag
 from aiinfra_pipelines_tests.support.ros2_recording import write_ros2_recording
 
 runner = CliRunner()
@@ -34,6 +35,22 @@ def test_a_ros2_recording_is_reported_accepted_with_its_channels_and_sensors(tmp
     assert {"front_camera", "front_camera_calibration", "lidar", "gnss", "pose"} <= roles
     code, table = _inspect(str(path))
     assert code == 0 and "accepted" in table and "/lidar/points" in table
+
+
+def test_a_stock_ros2_bag_reports_where_each_signal_came_from(tmp_path) -> None:
+    path = tmp_path / "bag.mcap"
+    path.write_bytes(write_ros2_bag("autoware"))
+    code, output = _inspect(str(path), "--json")
+    assert code == 0, output
+    report = json.loads(output)
+    assert report["accepted"] is True and report["profile"] == "ros2"
+    sources = report["signal_sources"]
+    assert sources["brake"] == "/from_can_bus CAN 0x1A0 brake"
+    assert sources["latitude"] == "unknown"
+    assert report["derived_metadata"]["vin"] == "unknown"
+    assert report["metadata"]["log_id"].startswith("ros2-")
+    # The keys a simulated log had before stay as they were; the new ones are added.
+    assert {"metadata", "sensors", "derived_conditions", "channels"} <= set(report)
 
 
 def test_a_refused_recording_exits_1_with_every_reason(tmp_path) -> None:

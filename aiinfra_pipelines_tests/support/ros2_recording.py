@@ -23,6 +23,7 @@ from aiinfra_pipelines.logs.sources.ros2_msgdefs import ros2_msgdef
 from aiinfra_pipelines.logs.synthetic import make_synthetic_log
 
 WIDTH, HEIGHT = 128, 48
+STATUS_KEYS = ("speed_mps", "accel_mps2", "steering_rad", "brake")
 START_NS = 1_717_228_800_000_000_000  # 2024-06-01T08:00:00Z
 
 
@@ -53,10 +54,15 @@ class JsonChannels:
         data = json.dumps(payload).encode()
         self._writer.add_message(self._channels[topic], time_ns, data, time_ns)
 
-    def vehicle_status(self, frame: Any, time_ns: int) -> None:
-        keys = ("speed_mps", "accel_mps2", "steering_rad", "brake")
+    def vehicle_status(
+        self,
+        frame: Any,
+        time_ns: int,
+        schema: str = "aiinfra.VehicleStatus",
+        keys: tuple[str, ...] = STATUS_KEYS,
+    ) -> None:
         payload = {key: getattr(frame, key) for key in keys}
-        self.write("/vehicle/status", "aiinfra.VehicleStatus", payload, time_ns)
+        self.write("/vehicle/status", schema, payload, time_ns)
 
     def events(self, log: Any) -> None:
         """The log's trigger events, on the recording's clock (starting at START_NS)."""
@@ -100,11 +106,14 @@ def write_ros2_recording(
     lidar_clock_drift_ppm: float = 0.0,
     metadata: dict[str, str] | None = None,
     craft_image: Callable[[int, bytes], bytes] | None = None,
+    status_schema: str = "aiinfra.VehicleStatus",
+    status_keys: tuple[str, ...] = STATUS_KEYS,
 ) -> bytes:
     """An MCAP file as a ROS 2 car records it: 10 Hz camera, 5 Hz GNSS, 10 Hz odom/status.
 
     ``craft_image(i, jpeg)`` returns the bytes recorded for frame ``i`` in place of its JPEG
-    (hostile-input tests)."""
+    (hostile-input tests). The JSON status channel carries ``status_keys`` under the schema
+    name ``status_schema`` (the ros2 profile matches it by its keys, not that name)."""
     log = make_synthetic_log(n_frames, image_height=HEIGHT, image_width=WIDTH, plates_per_frame=0)
     buffer = io.BytesIO()
     writer = Writer(buffer)
@@ -207,7 +216,7 @@ def write_ros2_recording(
             t + 3_000_000,  # odometry runs on its own clock, 3 ms after the camera
         )
         write("/imu/data", "sensor_msgs/msg/Imu", {"header": _header(t, "imu")}, t)
-        json_channels.vehicle_status(frame, t + 5_000_000)
+        json_channels.vehicle_status(frame, t + 5_000_000, status_schema, status_keys)
     json_channels.events(log)
     writer.add_metadata("drive_log", metadata if metadata is not None else dict(log.metadata))
     writer.finish()

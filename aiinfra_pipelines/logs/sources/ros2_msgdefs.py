@@ -3,8 +3,11 @@
 An MCAP file written by a ROS 2 recorder embeds each channel's full definition (the type, then
 every dependency after a ``MSG:`` separator), and ``mcap-ros2-support`` decodes from that text
 alone. These are the stock definitions (``sensor_msgs``, ``nav_msgs``, ``geometry_msgs``,
-``tf2_msgs`` as shipped with ROS 2 Humble) so that tools and tests can *write* the same files a
-car's recorder does without a ROS installation.
+``tf2_msgs`` as shipped with ROS 2 Humble; Autoware's vehicle reports, in both the
+``autoware_auto_vehicle_msgs`` and the newer ``autoware_vehicle_msgs`` package; ``can_msgs``
+as ``ros2_socketcan`` publishes raw frames) so that tools and tests can *write* the same files a
+car's recorder does without a ROS installation. Reading never uses them: a file's own schemas
+decode it.
 """
 
 from __future__ import annotations
@@ -66,7 +69,20 @@ _DEFINITIONS: dict[str, str] = {
         "geometry_msgs/PoseWithCovariance pose\ngeometry_msgs/TwistWithCovariance twist"
     ),
     "tf2_msgs/TFMessage": "geometry_msgs/TransformStamped[] transforms",
+    "can_msgs/Frame": (
+        "std_msgs/Header header\nuint32 id\nbool is_rtr\nbool is_extended\nbool is_error\n"
+        "uint8 dlc\nuint8[8] data"
+    ),
 }
+# Autoware's vehicle interface reports; the package was renamed, the messages were not.
+_VELOCITY_REPORT = (
+    "std_msgs/Header header\nfloat32 longitudinal_velocity\nfloat32 lateral_velocity\n"
+    "float32 heading_rate"
+)
+_STEERING_REPORT = "builtin_interfaces/Time stamp\nfloat32 steering_tire_angle"
+for _package in ("autoware_auto_vehicle_msgs", "autoware_vehicle_msgs"):
+    _DEFINITIONS[f"{_package}/VelocityReport"] = _VELOCITY_REPORT
+    _DEFINITIONS[f"{_package}/SteeringReport"] = _STEERING_REPORT
 
 
 def _dependencies(name: str, seen: list[str]) -> list[str]:
