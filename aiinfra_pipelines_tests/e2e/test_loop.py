@@ -8,15 +8,16 @@ While the training run is in flight the test kills the daemon (SIGKILL, a crash)
 restarts it as a deployment would, and no work may be lost, no run launched twice.
 Cycle 2: the cars in the canary cohort drive with the new engine (their logs say so), the
 rollout decides on their fresh telemetry, and a second candidate trains on cycle 1's mined
-badcases plus the new logs; certified, it supersedes v1's rollout (it was gated against v1),
-or, where the canary's telemetry rolled v1 back first, starts a rollout of its own; the
-closing drive's telemetry judges its canary. ``summary.json`` records both cycles.
+badcases plus the new logs. The simulation gate refuses it (below), so v1 keeps the fleet and
+the closing drive's telemetry judges v1's rollout. ``summary.json`` records both cycles.
 
 The learning outcome, by the production gates (the demo's overlays size rollout cohorts and
 sensor intervals only — checked below; the test lifts only the wall-clock budgets, see
 ``UNTIMED_BUDGETS``): cycle 1's candidate reaches the accuracy targets and is certified;
-cycle 2's candidate is better on the slice cycle 1 was weakest on; every rollout decision
-agrees with the telemetry it cites, whichever way the noise took it. Slow (about
+cycle 2's candidate is better on the slice cycle 1 was weakest on, yet worse than v1 in one
+fleet-failure scenario, and refused for it; every rollout decision agrees with the telemetry
+it cites. Release verdicts are deterministic (gates-2: simulation seeds derive from scenario
+and log content, never from lake commit ids), so the verdicts are pinned. Slow (about
 15 minutes on 2 cores) but run in CI: it replaced a smaller run on an eight-drive fleet whose
 gates had to be lifted, since a candidate trained on eight drives cannot pass them. (It was
 withdrawn once, when cycle 1 drew 13 at-fault episodes of 120 against an absolute cap of 0.10
@@ -71,6 +72,8 @@ DEMO_CLOSING_EPISODES = int(DEMO["closing_drive"]["episodes"])
 # The issue's targets for the first candidate on the frozen benchmark.
 MIN_ACCURACY, MIN_F1, MIN_SLICE_ACCURACY = 0.93, 0.88, 0.85
 MIN_FRAMES_PER_CYCLE = 5000
+# The fleet-failure scenario (mined from seed 7's cycle-1 logs) on which v2 is worse than v1.
+REFUSING_SCENARIO = "log-20240615T100010-c661792993"
 # Budgets on wall-clock time measure the runner, not the engine: on a shared 2-core CI machine
 # the certification's latency gate (p99 at batch 1 on the host) and the rollout's telemetry
 # latency budget (what the cars' sessions measured beside the daemon) flip with the load.
@@ -90,13 +93,11 @@ def _assert_decided_on_its_evidence(entry: dict) -> None:
     """A rollout decision agrees with the telemetry it cites, whichever way it went.
 
     A rollback names breaches, each beyond its budget; a step forward (advance, awaiting
-    approval, hold, complete) names none and rests on both cohorts' frames. Which way the
-    seed-7 demo goes is not fixed: on canaries of a few hundred frames collision counts are
-    noise the telemetry budgets cannot tell from a regression, and the daemon's timing decides
-    what a step sees (the telemetry batch a rollout tick judges, the scenarios the library
-    holds when simulation starts). Two CI runs of one commit certified v2 once and refused it
-    once (a regressed fix within the simulation's noise). So the test pins what must hold on
-    either side.
+    approval, hold, complete) names none and rests on both cohorts' frames. Which way a
+    rollout step goes is not pinned: the daemon's timing decides which telemetry batch a
+    rollout tick judges, and on canaries of a few hundred frames the telemetry budgets cannot
+    tell collision noise from a regression (the staged rollout decided by evidence is its own
+    issue). So the test pins what must hold on either side.
     """
     decision = entry["decision"]
     action, breaches = decision["action"], decision["breaches"]
@@ -240,6 +241,8 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     sim = first["simulation"]
     assert sim["scenarios"] > 0
     assert {"candidate_at_fault", "production_at_fault", "oracle_at_fault"} <= set(sim)
+    # Every verdict names the rules it was judged under, and both cycles ran under one.
+    assert sim["gates_sha256"] == summary["gates_sha256"] == second["simulation"]["gates_sha256"]
     assert first["kpis"]["landing_to_certified_s"] > 0
     assert first["kpis"]["compute_s_by_stage"]["training"] > 0
     assert summary["total_s"] >= first["cycle_s"] + second["cycle_s"]
@@ -282,29 +285,18 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     assert closing["drives"] == VEHICLES * DEMO_CLOSING_EPISODES * rounds
     current = lake.get_json(MAIN_BRANCH, "release/rollout/current.json")["model_version"]
     assert closing["model_version"] == current
-    if second["certified"]:
-        assert current == "2", current
-        v1 = lake.get_json(MAIN_BRANCH, "release/rollout/1.json")
-        v2 = lake.get_json(MAIN_BRANCH, "release/rollout/2.json")
-        assert [e["event"] for e in v2["history"]][:2] == ["shadow", "stage_started"]
-        if v1["status"] == "rolled_back":
-            # The canary's telemetry rolled v1 back before v2 was certified (the verdict above,
-            # a breach beyond its budget; seed 7 since the U8S8 engine: 7 collisions in 2,187
-            # canary frames): nothing was rolling out, so v2 starts its own rollout, superseding
-            # nothing, and v1 stays rolled back.
-            assert v1["history"][-1]["event"] == "rolled_back", v1["history"][-1]
-            assert v1.get("superseded_by") is None and v2.get("supersedes") is None, v2
-        else:
-            # v2 was gated against v1, the release rolling out: it took the fleet over.
-            assert v1["status"] == "superseded" and v1["superseded_by"] == "2", v1["history"][-1]
-            assert v2["supersedes"] == "1"
-        assert second["rollout"] == closing["rollout"]
-    else:
-        # Refused by a named gate (seed 7 has seen both: a regressed fix within the simulation's
-        # noise once refused v2): v1 keeps the fleet, and no rollout of v2 exists.
-        assert "certification model version 2: not certified" in stdout, stdout[-4000:]
-        assert current == "1", current
-        assert not lake.object_exists(MAIN_BRANCH, "release/rollout/2.json")
+    # v2 is refused by the simulation gate, on one scenario, every run (deterministic: seeds
+    # from scenario and log content; two runs of the demo on 2026-12-07 gave the same counts):
+    # it failed 33 of that scenario's 150 paired seeds where v1 passed, v1 9 where v2 passed.
+    # The offline, parity and latency gates passed; v1 keeps the fleet, no rollout of v2 exists.
+    second_sim = second["simulation"]
+    assert second["certified"] is False and second_sim["passed"] is False, second_sim
+    (failure,) = second_sim["failures"]
+    assert failure.startswith(f"scenario {REFUSING_SCENARIO}: worse than production"), failure
+    assert second_sim["confirmed_scenarios"] > 0, second_sim  # it asked for more seeds first
+    assert "certification model version 2: not certified" in stdout, stdout[-4000:]
+    assert current == "1", current
+    assert not lake.object_exists(MAIN_BRANCH, "release/rollout/2.json")
     # Its last entry is the decision on the closing drive's telemetry (the newest on main),
     # and the rounds stop as soon as the rollout decides.
     judged = lake.get_json(MAIN_BRANCH, f"release/rollout/{current}.json")["history"][-1]
