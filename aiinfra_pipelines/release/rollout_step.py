@@ -41,7 +41,7 @@ from .rollout_evaluation import evaluate_stage
 from .rollout_settings import RolloutSettings
 from .rollout_state import COMPLETED, ROLLED_BACK, SHADOW, SUPERSEDED, RolloutState
 from .rollout_store import active_rollout, list_states, read_current, read_state
-from .rollout_telemetry import latest_telemetry_commit, telemetry_since
+from .rollout_telemetry import latest_telemetry_commit, next_telemetry_commit, telemetry_since
 from .shadow_run import production_pointer_now
 
 ROLLOUT_TAG_PREFIX = "rollout_"
@@ -145,11 +145,14 @@ def decide_step(
         return RolloutStep(state, new, decision)
     if state.status == SHADOW:
         return _start(lake, state, settings, telemetry_commit, at, run_id)
+    # A stage is judged publish by publish, oldest first (rollout_telemetry): the records
+    # since the stage began, up to the next publish not yet decided on.
+    judged = next_telemetry_commit(lake, after=state.last_telemetry_commit)
     new, decision = evaluate_stage(
         state,
         settings,
-        telemetry_commit=telemetry_commit,
-        records=telemetry_since(lake, state.stage_started_telemetry_commit),
+        telemetry_commit=judged,
+        records=telemetry_since(lake, state.stage_started_telemetry_commit, judged),
         at=at,
         run_id=run_id,
     )

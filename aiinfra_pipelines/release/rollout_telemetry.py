@@ -4,6 +4,9 @@ the records they added since a stage began.
 The operations layer publishes one telemetry batch per merge into ``main`` (commit metadata
 ``kind: telemetry``); a stage is judged only on what was published after it started, and each
 decision names the telemetry commit it used, so these readers define "fresh telemetry".
+Publishes are judged one at a time, oldest first (:func:`next_telemetry_commit`): a rollout's
+decisions are a function of the sequence of batches, never of how often the daemon ticked
+between them (two batches seen in one tick are still two decisions).
 """
 
 from __future__ import annotations
@@ -35,15 +38,20 @@ def telemetry_history_scan() -> int:
 
 
 def telemetry_publishes(
-    lake: VersionedLake, since_commit: str | None = None, limit: int | None = None
+    lake: VersionedLake,
+    since_commit: str | None = None,
+    limit: int | None = None,
+    until_commit: str | None = None,
 ) -> list[TelemetryPublish]:
-    """Telemetry publishes on main newer than ``since_commit``, newest first (merges only).
+    """Telemetry publishes on main newer than ``since_commit``, newest first (merges only),
+    up to and including ``until_commit`` (main's head when ``None``).
 
     ``since_commit`` is itself a telemetry publish (a merge on main's first-parent line), so
     the log walk stops exactly there. The walk covers at most the configured number of commits.
     """
     found: list[TelemetryPublish] = []
-    for commit in lake.log(MAIN_BRANCH, limit=telemetry_history_scan(), stop_at=since_commit):
+    head = until_commit or MAIN_BRANCH
+    for commit in lake.log(head, limit=telemetry_history_scan(), stop_at=since_commit):
         if len(commit.parents) != 2 or commit.metadata.get("kind") != TELEMETRY_COMMIT_KIND:
             continue
         found.append(
@@ -64,19 +72,29 @@ def latest_telemetry_commit(lake: VersionedLake) -> str | None:
     return publishes[0].commit if publishes else None
 
 
+def next_telemetry_commit(lake: VersionedLake, after: str | None) -> str | None:
+    """The telemetry publish a rollout judges next: the oldest one after ``after`` (the one it
+    judged last), or ``after`` itself when nothing newer was published."""
+    publishes = telemetry_publishes(lake, since_commit=after)
+    return publishes[-1].commit if publishes else after
+
+
 def _read_parquet(lake: VersionedLake, ref: str, key: str) -> pd.DataFrame:
     return lake.get_parquet(ref, key)
 
 
-def telemetry_since(lake: VersionedLake, since_commit: str | None) -> pd.DataFrame:
-    """Telemetry records published after ``since_commit`` (all of it when ``None``).
+def telemetry_since(
+    lake: VersionedLake, since_commit: str | None, until_commit: str | None = None
+) -> pd.DataFrame:
+    """Telemetry records published after ``since_commit`` (all of it when ``None``), up to and
+    including the publish ``until_commit`` (every publish on main when ``None``).
 
     A batch re-published inside the window counts once (its newest publish), minus the records
     it already held at ``since_commit``: only telemetry new to the window counts.
     """
     tables = []
     seen_batches: set[str] = set()
-    for publish in telemetry_publishes(lake, since_commit):
+    for publish in telemetry_publishes(lake, since_commit, until_commit=until_commit):
         if publish.records_key in seen_batches or not publish.records_key:
             continue
         seen_batches.add(publish.records_key)

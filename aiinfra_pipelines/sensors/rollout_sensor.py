@@ -36,7 +36,10 @@ from aiinfra_pipelines.release.reference import gated_against
 from aiinfra_pipelines.release.rollout import may_supersede
 from aiinfra_pipelines.release.rollout_state import SHADOW
 from aiinfra_pipelines.release.rollout_store import active_rollout, list_states, version_order
-from aiinfra_pipelines.release.rollout_telemetry import latest_telemetry_commit
+from aiinfra_pipelines.release.rollout_telemetry import (
+    latest_telemetry_commit,
+    next_telemetry_commit,
+)
 from aiinfra_pipelines.runs import (
     GROUP_TAG,
     IN_FLIGHT,
@@ -123,13 +126,16 @@ def plan_release_requests(lake: VersionedLake) -> list[ReleaseRequest]:
             return requests
     if active is not None:
         state = states[active]
-        if telemetry is not None and telemetry != state.last_telemetry_commit:
+        # The publish the rollout judges next (oldest first, one per run): the run key names
+        # it, so a tick that finds two new batches asks for the first, the next tick the second.
+        judged = next_telemetry_commit(lake, after=state.last_telemetry_commit)
+        if judged is not None and judged != state.last_telemetry_commit:
             requests.append(
                 ReleaseRequest(
                     "rollout",
                     active,
-                    f"rollout-{active}-{state.stage}-{telemetry}",
-                    f"fresh telemetry {telemetry[:12]} for rollout {active} ({state.stage})",
+                    f"rollout-{active}-{state.stage}-{judged}",
+                    f"fresh telemetry {judged[:12]} for rollout {active} ({state.stage})",
                 )
             )
         return requests

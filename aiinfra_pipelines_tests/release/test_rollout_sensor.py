@@ -173,3 +173,39 @@ def test_nothing_is_requested_while_a_release_run_is_in_flight(world):
     )
     skipped = tick(instance, lake)
     assert isinstance(skipped, dg.SkipReason) and "in flight" in skipped.skip_message
+
+
+def test_batches_published_between_two_ticks_are_judged_one_at_a_time_in_order(world):
+    """Two telemetry batches land before the sensor looks: each gets its own decision, oldest
+    first, so a rollout's decisions follow the batches, not how often the daemon ticked."""
+    lake, instance, resources = world["lake"], world["instance"], world["resources"]
+    first = tick(instance, lake)
+    execute(instance, resources, first.run_requests[0])  # shadow
+    (start,) = tick(instance, lake, first.cursor).run_requests
+    execute(instance, resources, start)
+    assert read_state(lake, "2").stage == "canary"
+
+    def batch(tag: str) -> list[dict]:
+        candidate = sha(reckless_engine_bytes())
+        return telemetry_records(
+            candidate, VINS[:2], frames=150, cohort="candidate", tag=tag
+        ) + telemetry_records(sha(cautious_engine_bytes()), VINS[2:], frames=150, tag=tag)
+
+    published = [
+        materialize_telemetry(instance, resources, name, batch(name))["main_commit"]
+        for name in ("t1", "t2")
+    ]
+    cursor, judged = first.cursor, []
+    for _ in published:
+        result = tick(instance, lake, cursor)
+        (request,) = result.run_requests
+        execute(instance, resources, request)
+        cursor = result.cursor
+        decision = read_state(lake, "2").history[-1]["decision"]
+        judged.append((request.run_key, decision["telemetry_commit"]))
+
+    assert judged == [
+        (f"rollout-2-canary-{published[0]}", published[0]),  # t1 alone: canary -> early
+        (f"rollout-2-early-{published[1]}", published[1]),  # t2 judged in the early stage
+    ]
+    assert isinstance(tick(instance, lake, cursor), dg.SkipReason)
