@@ -134,16 +134,20 @@ def test_a_chunk_past_the_ratio_cap_is_refused(compression: str) -> None:
 def test_a_chunk_that_inflates_past_what_it_declares_is_refused_reading_one_byte_past() -> None:
     """The zstd frame does not state its size and the record says 1 MiB; it inflates to 1 GiB.
     Refused as corrupt with at most 1 MiB + 1 B inflated: the peak memory of a process that
-    validates it stays far below the GiB a trusting reader would need."""
+    validates it stays far below the GiB a trusting reader would need.
+
+    The peak is the child's own ``VmHWM``: ``ru_maxrss`` survives fork and exec, so under a
+    pytest parent that has grown to gigabytes it reports the parent's peak, not the reader's."""
     bomb = _zeros_bomb(1024 * MIB, declared=MIB)
     child = subprocess.run(
         [
             sys.executable,
             "-c",
-            "import json, resource, sys\n"
+            "import json, sys\n"
             "from aiinfra_pipelines.logs.validation import validate_drive_log\n"
             "report = validate_drive_log(sys.stdin.buffer.read())\n"
-            "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024\n"
+            "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+            "peak = int(hwm.split()[1]) // 1024\n"
             "print(json.dumps({'codes': report.codes, 'peak_rss_mb': peak}))",
         ],
         input=bomb,
