@@ -74,6 +74,17 @@ MIN_ACCURACY, MIN_F1, MIN_SLICE_ACCURACY = 0.93, 0.88, 0.85
 MIN_FRAMES_PER_CYCLE = 5000
 # The fleet-failure scenario (mined from seed 7's cycle-1 logs) on which v2 is worse than v1.
 REFUSING_SCENARIO = "log-20240615T100010-c661792993"
+# v1's rollout, decision by decision: (event, action, candidate frames, collisions, control
+# frames, collisions). Telemetry publishes are judged one at a time, oldest first, the fleet
+# drives deterministically and the wall-clock latency budget is lifted below, so the
+# decisions are a function of the seed: `make demo` on an idle-ish machine and this test's
+# run with its daemon killed (2026-12-07) recorded exactly these.
+PINNED_ROLLOUT = [
+    ("shadow", None, None, None, None, None),
+    ("stage_started", None, None, None, None, None),  # canary, at cycle 1's end
+    ("stage_started", "advance", 1102, 2, 6524, 15),  # cycle 2's fleet: canary -> early
+    ("awaiting_approval", "await_approval", 1269, 1, 1658, 3),  # the closing drive
+]
 # Budgets on wall-clock time measure the runner, not the engine: on a shared 2-core CI machine
 # the certification's latency gate (p99 at batch 1 on the host) and the rollout's telemetry
 # latency budget (what the cars' sessions measured beside the daemon) flip with the load.
@@ -90,14 +101,11 @@ UNTIMED_BUDGETS = {
 
 
 def _assert_decided_on_its_evidence(entry: dict) -> None:
-    """A rollout decision agrees with the telemetry it cites, whichever way it went.
+    """A rollout decision agrees with the telemetry it cites.
 
     A rollback names breaches, each beyond its budget; a step forward (advance, awaiting
-    approval, hold, complete) names none and rests on both cohorts' frames. Which way a
-    rollout step goes is not pinned: the daemon's timing decides which telemetry batch a
-    rollout tick judges, and on canaries of a few hundred frames the telemetry budgets cannot
-    tell collision noise from a regression (the staged rollout decided by evidence is its own
-    issue). So the test pins what must hold on either side.
+    approval, hold, complete) names none and rests on both cohorts' frames. Which way each
+    step went is pinned separately (PINNED_ROLLOUT): this says the decision is consistent.
     """
     decision = entry["decision"]
     action, breaches = decision["action"], decision["breaches"]
@@ -112,6 +120,20 @@ def _assert_decided_on_its_evidence(entry: dict) -> None:
     elif action != "wait":
         assert breaches == [], entry
         assert decision["candidate"]["frames"] > 0 and decision["control"]["frames"] > 0, entry
+
+
+def _rollout_step(entry: dict) -> tuple:
+    """(event, action, candidate frames, collisions, control frames, collisions) of a decision."""
+    decision = entry.get("decision") or {}
+    candidate, control = decision.get("candidate") or {}, decision.get("control") or {}
+    return (
+        entry["event"],
+        decision.get("action"),
+        candidate.get("frames"),
+        candidate.get("collisions"),
+        control.get("frames"),
+        control.get("collisions"),
+    )
 
 
 def _first_cycle_repeats_a_slice() -> bool:
@@ -269,13 +291,6 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     assert len(events) >= 3, state["history"]  # shadow, canary started, then cycle 2's verdict
     verdict = state["history"][2]
     _assert_decided_on_its_evidence(verdict)
-    if verdict["event"] == "waiting":  # e.g. the cohort's cars crashed early: too few frames
-        sample = [
-            f"candidate cohort has {int(cohort['frames'].sum())} frames",
-            f"control cohort has {int(control['frames'].sum())} frames",
-            "no telemetry from the candidate engine yet",
-        ]
-        assert any(text in verdict["reason"] for text in sample), verdict
 
     # -- the closing drive: the newest rollout judged on telemetry driven after it began ------
     closing = second["closing_drive"]
@@ -299,11 +314,15 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     assert not lake.object_exists(MAIN_BRANCH, "release/rollout/2.json")
     # Its last entry is the decision on the closing drive's telemetry (the newest on main),
     # and the rounds stop as soon as the rollout decides.
-    judged = lake.get_json(MAIN_BRANCH, f"release/rollout/{current}.json")["history"][-1]
+    history = lake.get_json(MAIN_BRANCH, f"release/rollout/{current}.json")["history"]
+    judged = history[-1]
     _assert_decided_on_its_evidence(judged)
     assert judged["decision"]["telemetry_commit"] == latest_telemetry_commit(lake), judged
     if rounds < int(DEMO["closing_drive"]["max_rounds"]):
         assert judged["event"] != "waiting", judged
+    # ... and every decision of the rollout is the seed's, not the daemon's timing's.
+    assert [_rollout_step(entry) for entry in history] == PINNED_ROLLOUT, history
+    assert rounds == 1, closing
 
     # -- the loop learns, by the production gates ---------------------------------------------
     assert first["frames_landed"] >= MIN_FRAMES_PER_CYCLE
