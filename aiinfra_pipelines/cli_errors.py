@@ -9,7 +9,6 @@ not valid UTF-8; anything else is a defect and keeps its traceback (exit 1).
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,12 +43,11 @@ def input_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-_REPR = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
-
-
 def one_line(message: str) -> str:
     """``message`` as one printable line: object reprs dropped, whitespace folded, bounded."""
-    text = _REPR.sub("<object>", str(message))
+    from aiinfra_pipelines.logs.errors import plain  # only when something went wrong
+
+    text = plain(str(message), placeholder="<object>")
     text = " ".join(text.split())
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"

@@ -49,9 +49,10 @@ INTEGRITY_CODES: frozenset[str] = frozenset(
 _OBJECT_REPR = re.compile(r"<[^<>]*? at 0x[0-9a-fA-F]+>")
 
 
-def plain(text: str) -> str:
-    """``text`` without object reprs (the same file gives the same reason, every time)."""
-    return _OBJECT_REPR.sub("<data>", text)
+def plain(text: str, placeholder: str = "<data>") -> str:
+    """``text`` with each object repr replaced by ``placeholder`` (the same file gives the same
+    reason, every time; the CLI's one-line errors use it too)."""
+    return _OBJECT_REPR.sub(placeholder, text)
 
 
 class DriveLogError(Exception):

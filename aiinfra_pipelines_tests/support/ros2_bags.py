@@ -34,6 +34,7 @@ from aiinfra_pipelines_tests.support.ros2_recording import (
     _cloud,
     _header,
     _jpeg,
+    camera_info,
 )
 
 FRAME_NS = 100_000_000  # a 10 Hz camera
@@ -120,19 +121,6 @@ class _Bag:
 
 def _quaternion(heading: float) -> dict[str, float]:
     return {"x": 0.0, "y": 0.0, "z": math.sin(heading / 2.0), "w": math.cos(heading / 2.0)}
-
-
-def _camera_info(time_ns: int) -> dict[str, Any]:
-    return {
-        "header": _header(time_ns, "camera_front"),
-        "height": HEIGHT,
-        "width": WIDTH,
-        "distortion_model": "plumb_bob",
-        "d": [0.0] * 5,
-        "k": [100.0, 0.0, WIDTH / 2, 0.0, 100.0, HEIGHT / 2, 0.0, 0.0, 1.0],
-        "r": [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
-        "p": [100.0, 0.0, WIDTH / 2, 0.0, 0.0, 100.0, HEIGHT / 2, 0.0, 0.0, 0.0, 1.0, 0.0],
-    }
 
 
 def _odometry(frame: Any, time_ns: int, speed: float) -> dict[str, Any]:
@@ -222,7 +210,7 @@ def write_ros2_bag(
             }
             bag.write(topics["camera"], "sensor_msgs/msg/CompressedImage", image, t)
             if i % 10 == 0:
-                bag.write(topics["camera_info"], "sensor_msgs/msg/CameraInfo", _camera_info(t), t)
+                bag.write(topics["camera_info"], "sensor_msgs/msg/CameraInfo", camera_info(t), t)
         speed = math.nan if i == nan_speed_at else frame.speed_mps
         for k in range(ODOM_PER_FRAME):
             at = t + 3_000_000 + k * FRAME_NS // ODOM_PER_FRAME

@@ -40,6 +40,24 @@ def _header(time_ns: int, frame_id: str) -> dict[str, Any]:
     }
 
 
+def camera_info(time_ns: int, width: int = WIDTH) -> dict[str, Any]:
+    """``sensor_msgs/msg/CameraInfo`` of the front camera (``width`` may lie, for tests)."""
+    return {
+        "header": _header(time_ns, "camera_front"),
+        "height": HEIGHT,
+        "width": width,
+        "distortion_model": "plumb_bob",
+        "d": [0.0] * 5,
+        "k": [100.0, 0.0, WIDTH / 2, 0.0, 100.0, HEIGHT / 2, 0.0, 0.0, 1.0],
+        "r": [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+        "p": [
+            *(100.0, 0.0, WIDTH / 2, 0.0),
+            *(0.0, 100.0, HEIGHT / 2, 0.0),
+            *(0.0, 0.0, 1.0, 0.0),
+        ],
+    }
+
+
 class JsonChannels:
     """The JSON channels both test recorders share: vehicle status and trigger events."""
 
@@ -164,20 +182,7 @@ def write_ros2_recording(
             write(
                 "/camera/front/camera_info",
                 "sensor_msgs/msg/CameraInfo",
-                {
-                    "header": _header(t, "camera_front"),
-                    "height": HEIGHT,
-                    "width": calibration_width,
-                    "distortion_model": "plumb_bob",
-                    "d": [0.0] * 5,
-                    "k": [100.0, 0.0, WIDTH / 2, 0.0, 100.0, HEIGHT / 2, 0.0, 0.0, 1.0],
-                    "r": [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
-                    "p": [
-                        *(100.0, 0.0, WIDTH / 2, 0.0),
-                        *(0.0, 100.0, HEIGHT / 2, 0.0),
-                        *(0.0, 0.0, 1.0, 0.0),
-                    ],
-                },
+                camera_info(t, calibration_width),
                 t,
             )
         if i % 2 == 0:
