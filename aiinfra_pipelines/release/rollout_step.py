@@ -132,19 +132,18 @@ def decide_step(
         reason = f"certificate no longer verifies: {error}"
         new, decision = roll_back(state, reason=reason, at=at, run_id=run_id)
         return RolloutStep(state, new, decision)
-    telemetry_commit = latest_telemetry_commit(lake)
     if request.approved_by:
         new, decision = approve_next_stage(
             state,
             settings,
             approver=request.approved_by,
-            telemetry_commit=telemetry_commit,
+            telemetry_commit=latest_telemetry_commit(lake),
             at=at,
             run_id=run_id,
         )
         return RolloutStep(state, new, decision)
     if state.status == SHADOW:
-        return _start(lake, state, settings, telemetry_commit, at, run_id)
+        return _start(lake, state, settings, latest_telemetry_commit(lake), at, run_id)
     # A stage is judged publish by publish, oldest first (rollout_telemetry): the records
     # since the stage began, up to the next publish not yet decided on.
     judged = next_telemetry_commit(lake, after=state.last_telemetry_commit)

@@ -108,7 +108,6 @@ def plan_release_requests(lake: VersionedLake) -> list[ReleaseRequest]:
                 "shadow_report", version, f"shadow-{version}", f"model version {version} certified"
             )
         )
-    telemetry = latest_telemetry_commit(lake)
     active = active_rollout(list(states.values()))
     ready = [state for state in states.values() if state.status == SHADOW and state.shadow_passed]
     if active is not None and ready:
@@ -145,7 +144,7 @@ def plan_release_requests(lake: VersionedLake) -> list[ReleaseRequest]:
             ReleaseRequest(
                 "rollout",
                 version,
-                f"rollout-{version}-shadow-{telemetry or 'none'}",
+                f"rollout-{version}-shadow-{latest_telemetry_commit(lake) or 'none'}",
                 f"shadow of model version {version} passed: start the first stage",
             )
         )
