@@ -11,6 +11,7 @@ runs on the output.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import hmac
 import math
@@ -25,6 +26,7 @@ import pandas as pd
 
 from aiinfra_pipelines.config import dagster_home
 from aiinfra_pipelines.logs import _config
+from aiinfra_pipelines.logs.lazy_frames import LazyFrames, signal_frames
 from aiinfra_pipelines.logs.model import UNKNOWN_VALUE, DriveLog, Frame
 from aiinfra_pipelines.logs.reader import build_drive_log, scan_mcap
 
@@ -140,6 +142,16 @@ def _anonymize_frame(frame: Frame, decimals: int) -> Frame:
     )
 
 
+def _anonymize_signals(frame: Frame, decimals: int) -> Frame:
+    """A frame skeleton's share of :func:`_anonymize_frame` (it has no pixels to blur)."""
+    return dataclasses.replace(
+        frame,
+        latitude=coarsen_coordinate(frame.latitude, decimals),
+        longitude=coarsen_coordinate(frame.longitude, decimals),
+        others=list(frame.others),
+    )
+
+
 def anonymize_metadata(metadata: Mapping[str, str], key: bytes) -> dict[str, str]:
     """``vin`` dropped (not renamed: a key called vin must never hold anything but a VIN).
 
@@ -162,9 +174,17 @@ def anonymize_log(log: DriveLog, key: bytes, gps_decimals: int | None = None) ->
     what the planner and the labels need.
     """
     decimals = default_gps_decimals() if gps_decimals is None else gps_decimals
+    frames: Sequence[Frame]
+    if isinstance(log.frames, LazyFrames):  # blurred as each frame is read, never all at once
+        frames = log.frames.mapped(
+            functools.partial(_anonymize_frame, decimals=decimals),
+            functools.partial(_anonymize_signals, decimals=decimals),
+        )
+    else:
+        frames = [_anonymize_frame(frame, decimals) for frame in log.frames]
     return DriveLog(
         metadata=anonymize_metadata(log.metadata, key),
-        frames=[_anonymize_frame(frame, decimals) for frame in log.frames],
+        frames=frames,
         events=list(log.events),
         recording=log.recording,
         degradation=list(log.degradation),
@@ -287,8 +307,9 @@ def _log_leaks(log: DriveLog, raw_vins: set[str], coords: _CoordinateCheck) -> l
     texts = [(f"metadata[{k!r}]", f"{k}={v}") for k, v in log.metadata.items()]
     texts += [(f"trigger {i}", event.rule) for i, event in enumerate(log.events)]
     leaks = _vin_hits(texts, raw_vins)
-    leaks += coords.check("frames", "latitude", (f.latitude for f in log.frames))
-    leaks += coords.check("frames", "longitude", (f.longitude for f in log.frames))
+    frames = signal_frames(log.frames)
+    leaks += coords.check("frames", "latitude", (f.latitude for f in frames))
+    leaks += coords.check("frames", "longitude", (f.longitude for f in frames))
     return leaks
 
 

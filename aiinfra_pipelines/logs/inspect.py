@@ -21,11 +21,12 @@ def inspect_log(path: Path, source: str | None = None) -> dict[str, Any]:
     if source is not None and source not in load_profiles():
         known = ", ".join(sorted(load_profiles()))
         raise ValueError(f"no source profile named {source!r} (resources/sources: {known})")
-    data = path.read_bytes()
-    report = validate_drive_log(data, source=source)  # the file is scanned once, here
+    # Scanned once, here, and streamed: a long recording is checked in bounded memory, its
+    # images decoded frame by frame from the file.
+    report = validate_drive_log(path, source=source, streaming=True)
     return {
         "file": str(path),
-        "bytes": len(data),
+        "bytes": path.stat().st_size,
         "accepted": report.accepted,
         "profile": report.profile,
         "frames": int(report.frame_count),

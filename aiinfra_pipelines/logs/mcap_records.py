@@ -41,6 +41,7 @@ from aiinfra_pipelines.logs import errors
 from aiinfra_pipelines.logs.errors import DriveLogError
 from aiinfra_pipelines.logs.limits import ReadLimits
 from aiinfra_pipelines.logs.mcap_envelope import MAGIC
+from aiinfra_pipelines.logs.payloads import DeferredMessage, PayloadStore
 
 # Top-level records the scan returns; everything else (indexes, statistics, attachments) is
 # skipped in bounded blocks, never read whole.
@@ -78,8 +79,15 @@ class _RecordBudget:
             )
 
 
-def iter_records(stream: BinaryIO, size: int, limits: ReadLimits) -> Iterator[McapRecord]:
-    """Header, schemas, channels, messages and metadata of the file, in file order."""
+def iter_records(
+    stream: BinaryIO, size: int, limits: ReadLimits, store: PayloadStore | None = None
+) -> Iterator[McapRecord | DeferredMessage]:
+    """Header, schemas, channels, messages and metadata of the file, in file order.
+
+    With a ``store``, a message whose payload the store defers is a :class:`DeferredMessage`
+    (its payload read back from the file on use) instead of a message holding its bytes.
+    """
+    base = stream.tell()  # file offsets of deferred payloads are base + bytes read
     data = ReadDataStream(stream, calculate_crc=True)
     if data.read(len(MAGIC)) != MAGIC:
         raise DriveLogError(errors.NOT_MCAP, "not an MCAP file (leading magic missing)")
@@ -95,29 +103,43 @@ def iter_records(stream: BinaryIO, size: int, limits: ReadLimits) -> Iterator[Mc
         budget.spend()
         kind = _PARSED.get(opcode)
         if opcode == Opcode.MESSAGE:
-            record: McapRecord = _message(data, length)
+            record: McapRecord | DeferredMessage = _message(data, length, store, base)
         elif kind is None:
             _skip(data, length)
             continue
         else:
-            start = data.count
+            offset, start = base + data.count - _RECORD_HEADER, data.count
             record = kind.read(data)
             _skip(data, length - (data.count - start))  # padding a newer writer may add
         if isinstance(record, DataEnd):
             _check_data_crc(record, crc_before)
         elif isinstance(record, Chunk):
-            yield from _chunk_records(record, limits, budget)
+            yield from _chunk_records(record, limits, budget, store, offset)
             continue
         elif isinstance(record, Footer):
             return
         yield record
 
 
-def _message(data: ReadDataStream, length: int) -> Message:
+def _message(
+    data: ReadDataStream, length: int, store: PayloadStore | None, base: int = 0
+) -> Message | DeferredMessage:
     # mcap reads ``length - 22`` data bytes: a shorter record would read to the stream's end.
     if length < _MESSAGE_FIELDS:
         raise DriveLogError(errors.CORRUPT, f"a message record of {length} B is too short")
-    return Message.read(data, length)
+    if store is None or not store.defers(length - _MESSAGE_FIELDS):
+        return Message.read(data, length)
+    channel_id, sequence, log_time, publish_time = _MESSAGE.unpack(data.read(_MESSAGE_FIELDS))
+    where = (None, base + data.count, length - _MESSAGE_FIELDS)
+    _skip(data, length - _MESSAGE_FIELDS)  # CRC'd as it is skipped, never kept
+    return DeferredMessage(
+        store,
+        where,
+        channel_id=channel_id,
+        sequence=sequence,
+        log_time=log_time,
+        publish_time=publish_time,
+    )
 
 
 def _skip(data: ReadDataStream, length: int) -> None:
@@ -173,9 +195,16 @@ def inflate(chunk: Chunk, limits: ReadLimits) -> bytes:
     return inflated
 
 
-def _chunk_records(chunk: Chunk, limits: ReadLimits, budget: _RecordBudget) -> Iterator[McapRecord]:
+def _chunk_records(
+    chunk: Chunk,
+    limits: ReadLimits,
+    budget: _RecordBudget,
+    store: PayloadStore | None = None,
+    chunk_offset: int = 0,
+) -> Iterator[McapRecord | DeferredMessage]:
     """The records of one chunk, parsed from the inflated bytes in place (struct offsets, not
-    a stream per field: most of a log's records are here)."""
+    a stream per field: most of a log's records are here). A payload the ``store`` defers is
+    located by the chunk's file offset and its place in the inflated chunk."""
     inflated = inflate(chunk, limits)
     end, position = len(inflated), 0
     while position < end:
@@ -190,6 +219,18 @@ def _chunk_records(chunk: Chunk, limits: ReadLimits, budget: _RecordBudget) -> I
             if length < _MESSAGE_FIELDS:
                 raise DriveLogError(errors.CORRUPT, f"a message record of {length} B is too short")
             channel_id, sequence, log_time, publish_time = _MESSAGE.unpack_from(inflated, position)
+            payload = length - _MESSAGE_FIELDS
+            if store is not None and store.defers(payload):
+                yield DeferredMessage(
+                    store,
+                    (chunk_offset, position + _MESSAGE_FIELDS, payload),
+                    channel_id=channel_id,
+                    sequence=sequence,
+                    log_time=log_time,
+                    publish_time=publish_time,
+                )
+                position += length
+                continue
             yield Message(
                 channel_id=channel_id,
                 sequence=sequence,

@@ -8,6 +8,7 @@ decides which records to decode and how they align in time.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -116,20 +117,19 @@ def _others(ground_truth: Any | None) -> list[OtherVehicle]:
     ]
 
 
-def frame_from_messages(
+def frame_signals(
     timestamp_ns: int,
-    camera: Any,
     location: Any,
     pose: Any,
     can: Any,
     ground_truth: Any | None,
-    rear_camera: Any | None = None,
-    lidar: Any | None = None,
+    image: np.ndarray,
 ) -> Frame:
+    """A frame's signals and ground truth around an already decoded (or placeholder) image."""
     orientation = pose.pose.orientation
     return Frame(
         timestamp_ns=timestamp_ns,
-        image=decode_image(camera, timestamp_ns),
+        image=image,
         latitude=location.latitude,
         longitude=location.longitude,
         x=pose.pose.position.x,
@@ -142,11 +142,35 @@ def frame_from_messages(
         lane_index=ground_truth.lane_index if ground_truth is not None else 0,
         lane_count=ground_truth.lane_count if ground_truth is not None else 0,
         others=_others(ground_truth),
-        rear_image=None if rear_camera is None else decode_image(rear_camera, timestamp_ns),
-        lidar_points=None
+    )
+
+
+def frame_payloads(
+    timestamp_ns: int, camera: Any, rear_camera: Any | None = None, lidar: Any | None = None
+) -> dict[str, Any]:
+    """A frame's sensor payloads decoded: ``image``, ``rear_image`` and ``lidar_points``."""
+    return {
+        "image": decode_image(camera, timestamp_ns),
+        "rear_image": None if rear_camera is None else decode_image(rear_camera, timestamp_ns),
+        "lidar_points": None
         if lidar is None
         else role_decode.points_xyz(lidar, f"{TOPIC_LIDAR} at {timestamp_ns}"),
-    )
+    }
+
+
+def frame_from_messages(
+    timestamp_ns: int,
+    camera: Any,
+    location: Any,
+    pose: Any,
+    can: Any,
+    ground_truth: Any | None,
+    rear_camera: Any | None = None,
+    lidar: Any | None = None,
+) -> Frame:
+    payloads = frame_payloads(timestamp_ns, camera, rear_camera, lidar)
+    frame = frame_signals(timestamp_ns, location, pose, can, ground_truth, payloads.pop("image"))
+    return dataclasses.replace(frame, **payloads)
 
 
 def trigger_event(record: McapMessage) -> TriggerEvent:

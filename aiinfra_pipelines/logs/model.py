@@ -7,6 +7,7 @@ simulator, the ingestion assets and the tests all speak the same vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -142,7 +143,8 @@ class DriveLog:
     """One kept segment: file-level metadata, frames in time order, and the triggers that fired."""
 
     metadata: dict[str, str]
-    frames: list[Frame]
+    # A list, or frames decoded on read (logs.lazy_frames.LazyFrames) on the streaming path.
+    frames: Sequence[Frame]
     events: list[TriggerEvent] = field(default_factory=list)
     # How the car recorded (camera encoding, calibration, transforms); None: the front-camera
     # layout of fleet-6 and earlier, RawImage only. Not read back: a file states it in messages.
@@ -159,6 +161,7 @@ class DriveLog:
 
     @property
     def duration_s(self) -> float:
-        if len(self.frames) < 2:
+        frames = getattr(self.frames, "skeletons", self.frames)  # no decoding for times
+        if len(frames) < 2:
             return 0.0
-        return (self.frames[-1].timestamp_ns - self.frames[0].timestamp_ns) / 1e9
+        return (frames[-1].timestamp_ns - frames[0].timestamp_ns) / 1e9

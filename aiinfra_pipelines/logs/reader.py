@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import os
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from mcap.summary import Summary
 
 from aiinfra_pipelines.logs import _config, errors
 from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.lazy_frames import NO_IMAGE, LazyFrames
 from aiinfra_pipelines.logs.limits import ReadLimits
 from aiinfra_pipelines.logs.mcap_envelope import (
     Source,
@@ -44,6 +46,8 @@ from aiinfra_pipelines.logs.message_decode import (
     decode_message,
     degradation_event,
     frame_from_messages,
+    frame_payloads,
+    frame_signals,
     trigger_event,
 )
 from aiinfra_pipelines.logs.model import (
@@ -60,6 +64,7 @@ from aiinfra_pipelines.logs.model import (
     DriveLog,
     Frame,
 )
+from aiinfra_pipelines.logs.payloads import DeferredMessage, PayloadStore
 from aiinfra_pipelines.logs.writer import METADATA_NAME
 
 # Channels without which a frame cannot be rebuilt; ground truth is optional (real fleets).
@@ -73,6 +78,7 @@ class ScannedLog:
     header: Header | None = None
     schemas: dict[int, Schema] = field(default_factory=dict)
     channels: dict[int, Channel] = field(default_factory=dict)
+    # Large payloads are DeferredMessage (read back on use) when scanned with ``deferred``.
     messages: dict[str, list[McapMessage]] = field(default_factory=lambda: defaultdict(list))
     metadata: list[Metadata] = field(default_factory=list)
     # SHA-256 of the file's bytes: a content id for logs whose recorder writes none
@@ -119,7 +125,7 @@ class ScannedLog:
 
 
 def _collect(scanned: ScannedLog, record: Any) -> None:
-    if isinstance(record, McapMessage):
+    if isinstance(record, McapMessage | DeferredMessage):
         channel = scanned.channels.get(record.channel_id)
         if channel is None:
             raise DriveLogError(errors.CORRUPT, f"message on unknown channel {record.channel_id}")
@@ -137,29 +143,60 @@ def _collect(scanned: ScannedLog, record: Any) -> None:
 _HASH_BLOCK = 1 << 20
 
 
-def _sha256(stream: BinaryIO) -> str:
-    stream.seek(0)
-    digest = hashlib.sha256()
-    while block := stream.read(_HASH_BLOCK):
-        digest.update(block)
-    return digest.hexdigest()
+class _HashingStream:
+    """Hashes what the scan reads as it reads it, so the file is read once, not twice."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self.digest = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self.digest.update(data)
+        return data
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+    def rest(self) -> str:
+        """The SHA-256 of the whole file, reading what the scan left (the closing magic)."""
+        while self.read(_HASH_BLOCK):
+            pass
+        return self.digest.hexdigest()
 
 
-def _scan_stream(stream: BinaryIO, limits: ReadLimits | None = None) -> ScannedLog:
+def _scan_stream(
+    stream: BinaryIO, limits: ReadLimits | None = None, store: PayloadStore | None = None
+) -> ScannedLog:
+    limits = limits or ReadLimits.load()
     with translate_errors():
         size = check_envelope(stream)
+        stream.seek(0)
+        hashing = _HashingStream(stream)
         scanned = ScannedLog()
-        for record in iter_records(stream, size, limits or ReadLimits.load()):
+        for record in iter_records(hashing, size, limits, store):  # type: ignore[arg-type]
             _collect(scanned, record)
-        scanned.sha256 = _sha256(stream)
+        scanned.sha256 = hashing.rest()
     return scanned
 
 
-def scan_mcap(source: Source, limits: ReadLimits | None = None) -> ScannedLog:
+def scan_mcap(
+    source: Source, limits: ReadLimits | None = None, *, deferred: bool = False
+) -> ScannedLog:
     """Read and integrity-check every record under ``limits`` (logs.yaml's by default);
-    raises :class:`DriveLogError` on damage or on a file past a cap."""
+    raises :class:`DriveLogError` on damage or on a file past a cap.
+
+    ``deferred=True`` keeps large payloads in the file (:mod:`.payloads`): the scan's memory
+    then grows with the number of messages, not their bytes. The source must stay readable
+    while the result is used (a path is reopened; bytes or a stream are kept).
+    """
+    limits = limits or ReadLimits.load()
     with open_source(source) as stream:
-        return _scan_stream(stream, limits)
+        store = None
+        if deferred:
+            kept = source if isinstance(source, str | os.PathLike) else stream
+            store = PayloadStore(kept, limits)
+        return _scan_stream(stream, limits, store)
 
 
 # --------------------------------------------------------------------------- alignment
@@ -221,8 +258,9 @@ def _schema_name(scanned: ScannedLog, topic: str) -> str | None:
 
 
 def _aligned_channel(
-    scanned: ScannedLog, topic: str, camera_times: list[int], required: bool
+    scanned: ScannedLog, topic: str, camera_times: list[int], required: bool, decode: bool = True
 ) -> list[Any | None]:
+    """Each camera frame's message of ``topic``, decoded (or the record, ``decode=False``)."""
     aligned = align_records(camera_times, scanned.messages.get(topic, []), _tolerance_ns())
     schema_name = _schema_name(scanned, topic)
     decoded = []
@@ -231,12 +269,42 @@ def _aligned_channel(
             raise DriveLogError(
                 errors.UNALIGNED_CHANNEL, f"{topic} has no message near camera frame {time}"
             )
-        decoded.append(None if record is None else decode_message(topic, record, schema_name))
+        if record is None or not decode:
+            decoded.append(record)
+        else:
+            decoded.append(decode_message(topic, record, schema_name))
     return decoded
 
 
-def build_drive_log(scanned: ScannedLog, metadata: dict[str, str] | None = None) -> DriveLog:
-    """Decode and align a scanned file into frames (file order) and trigger events."""
+class _PayloadLoader:
+    """Decodes frame ``i``'s camera, rear camera and LiDAR messages (for :class:`LazyFrames`)."""
+
+    def __init__(self, scanned: ScannedLog, records: dict[str, list[Any]], times: list[int]):
+        self._records = records
+        self._times = times
+        self._schemas = {topic: _schema_name(scanned, topic) for topic in records}
+
+    def _decoded(self, topic: str, index: int) -> Any | None:
+        record = self._records[topic][index]
+        return None if record is None else decode_message(topic, record, self._schemas[topic])
+
+    def __call__(self, index: int) -> dict[str, Any]:
+        return frame_payloads(
+            self._times[index],
+            self._decoded(TOPIC_CAMERA, index),
+            self._decoded(TOPIC_REAR_CAMERA, index),
+            self._decoded(TOPIC_LIDAR, index),
+        )
+
+
+def build_drive_log(
+    scanned: ScannedLog, metadata: dict[str, str] | None = None, *, lazy: bool = False
+) -> DriveLog:
+    """Decode and align a scanned file into frames (file order) and trigger events.
+
+    ``lazy=True`` decodes signals now and each frame's images and LiDAR when the frame is read
+    (:class:`LazyFrames`): the streaming ingest path, whose memory must not grow with the log.
+    """
     _require_frame_channels(scanned.message_counts(), scanned.channels, scanned.schemas)
     camera_records = scanned.messages[TOPIC_CAMERA]
     camera_times = [record.log_time for record in camera_records]
@@ -245,26 +313,34 @@ def build_drive_log(scanned: ScannedLog, metadata: dict[str, str] | None = None)
         for topic in (TOPIC_LOCATION, TOPIC_POSE, TOPIC_CAN)
     }
     # Optional: ground truth (simulation only), and the rig's rear camera and LiDAR (fleet-7).
-    optional = {
-        topic: _aligned_channel(scanned, topic, camera_times, required=False)
+    ground_truth = (
+        _aligned_channel(scanned, TOPIC_GROUND_TRUTH, camera_times, required=False)
+        if scanned.messages.get(TOPIC_GROUND_TRUTH)
+        else [None] * len(camera_times)
+    )
+    payload_records = {
+        topic: _aligned_channel(scanned, topic, camera_times, required=False, decode=False)
         if scanned.messages.get(topic)
         else [None] * len(camera_times)
-        for topic in (TOPIC_GROUND_TRUTH, TOPIC_REAR_CAMERA, TOPIC_LIDAR)
+        for topic in (TOPIC_REAR_CAMERA, TOPIC_LIDAR)
     }
-    camera_schema = _schema_name(scanned, TOPIC_CAMERA)
-    frames = [
-        frame_from_messages(
+    payload_records[TOPIC_CAMERA] = list(camera_records)
+    skeletons = [
+        frame_signals(
             time,
-            decode_message(TOPIC_CAMERA, record, camera_schema),
             channels[TOPIC_LOCATION][i],
             channels[TOPIC_POSE][i],
             channels[TOPIC_CAN][i],
-            optional[TOPIC_GROUND_TRUTH][i],
-            optional[TOPIC_REAR_CAMERA][i],
-            optional[TOPIC_LIDAR][i],
+            ground_truth[i],
+            NO_IMAGE,
         )
-        for i, (time, record) in enumerate(zip(camera_times, camera_records, strict=True))
+        for i, time in enumerate(camera_times)
     ]
+    frames: Sequence[Frame] = LazyFrames(
+        skeletons, _PayloadLoader(scanned, payload_records, camera_times)
+    )
+    if not lazy:
+        frames = list(frames)
     events = [trigger_event(record) for record in scanned.messages.get(TOPIC_TRIGGERS, [])]
     # Optional (logs from before the degradation state machine have no such channel).
     degradation = [degradation_event(r) for r in scanned.messages.get(TOPIC_DEGRADATION, [])]
@@ -277,21 +353,25 @@ def build_drive_log(scanned: ScannedLog, metadata: dict[str, str] | None = None)
 # --------------------------------------------------------------------------- public API
 
 
-def read_drive_log(source: Source, profile: str | None = None) -> DriveLog:
+def read_drive_log(
+    source: Source, profile: str | None = None, *, streaming: bool = False
+) -> DriveLog:
     """The whole log, integrity-checked; raises :class:`DriveLogError` for damaged files.
 
     A file in the simulated fleet's layout is read here; any other recording (or a named
-    ``profile``) through its source profile (``logs.sources``).
+    ``profile``) through its source profile (``logs.sources``). ``streaming=True`` leaves
+    payloads in the file and decodes each frame's images when it is read (see
+    :func:`~aiinfra_pipelines.logs.validation.validate_drive_log`).
     """
-    scanned = scan_mcap(source)
+    scanned = scan_mcap(source, deferred=streaming)
     if profile not in (None, SIMULATED_PROFILE) or scanned.channel(TOPIC_CAMERA) is None:
         from aiinfra_pipelines.logs.sources.build import read_profiled_log
 
-        return read_profiled_log(scanned, profile)
+        return read_profiled_log(scanned, profile, lazy=streaming)
     found = scanned.drive_log_metadata()
     if not found:
         raise DriveLogError(errors.MISSING_METADATA, f"no '{METADATA_NAME}' metadata record")
-    return build_drive_log(scanned, found[0])
+    return build_drive_log(scanned, found[0], lazy=streaming)
 
 
 def _open_indexed(stream: BinaryIO) -> tuple[SeekingReader, Summary | None]:

@@ -28,7 +28,8 @@ are in ``validation_report`` and the thresholds in ``validation_rules``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -70,14 +71,18 @@ def _camera_stats(scanned: ScannedLog) -> tuple[int, float, float | None]:
     return len(times), duration, rate_hz(times)
 
 
+T = TypeVar("T")
+
 # Raised by the frame builder for problems that check_channels has already reported.
 _ALREADY_REPORTED = frozenset({errors.MISSING_CHANNEL, errors.WRONG_SCHEMA})
 
 
-def _build(scanned: ScannedLog, metadata: dict, reasons: list[Reason]) -> DriveLog | None:
+def _build(
+    scanned: ScannedLog, metadata: dict, reasons: list[Reason], lazy: bool = False
+) -> DriveLog | None:
     """The decoded log, or ``None`` (with a reason) when frames cannot be rebuilt."""
     try:
-        return build_drive_log(scanned, metadata)
+        return build_drive_log(scanned, metadata, lazy=lazy)
     except DriveLogError as exc:
         if exc.code not in _ALREADY_REPORTED:
             reasons.append(Reason(exc.code, exc.message))
@@ -104,11 +109,29 @@ def _choose_profile(scanned: ScannedLog, source: str | None) -> SourceProfile | 
         raise
 
 
+def _decoding(checks: Callable[[], T], reasons: list[Reason], default: T) -> T:
+    """Run checks that decode frames; a frame that cannot be decoded is the reason (once).
+
+    A lazy log (the streaming path) decodes its images while these checks read them, so a
+    damaged JPEG mid-log surfaces here as ``bad_image`` rather than while the log is built.
+    """
+    try:
+        return checks()
+    except DriveLogError as exc:
+        if not any(reason.code == exc.code for reason in reasons):
+            reasons.append(Reason(exc.code, exc.message))
+        return default
+
+
 def _validate(
-    data: Any, rules: dict[str, Any], anonymized: bool, source: str | None = None
+    data: Any,
+    rules: dict[str, Any],
+    anonymized: bool,
+    source: str | None = None,
+    streaming: bool = False,
 ) -> ValidationReport:
     try:
-        scanned = scan_mcap(data)
+        scanned = scan_mcap(data, deferred=streaming)
     except DriveLogError as exc:
         return ValidationReport(accepted=False, reasons=[Reason(exc.code, exc.message)])
     try:
@@ -120,29 +143,38 @@ def _validate(
             channels=scanned.channel_rows(),
         )
     report = (
-        _validate_profiled(scanned, profile, rules, anonymized)
+        _validate_profiled(scanned, profile, rules, anonymized, streaming)
         if profile is not None and profile.name != SIMULATED_PROFILE
-        else _validate_simulated(scanned, profile, rules, anonymized)
+        else _validate_simulated(scanned, profile, rules, anonymized, streaming)
     )
     report.channels = scanned.channel_rows()
     return report
 
 
 def _validate_simulated(
-    scanned: ScannedLog, profile: SourceProfile | None, rules: dict[str, Any], anonymized: bool
+    scanned: ScannedLog,
+    profile: SourceProfile | None,
+    rules: dict[str, Any],
+    anonymized: bool,
+    streaming: bool = False,
 ) -> ValidationReport:
     """A file in the simulated fleet's layout (logs.reader)."""
     metadata, reasons = metadata_reasons(scanned, rules, anonymized)
     reasons = check_channels(scanned) + reasons
-    log = _build(scanned, metadata, reasons)
+    log = _build(scanned, metadata, reasons, lazy=streaming)
     frame_count, duration, rate = _camera_stats(scanned)
     builder = ProfileLogBuilder(scanned, profile or load_profiles()[SIMULATED_PROFILE])
     sync: list[ClockSync] = []
     findings: list[PiiFinding] = []
     if log is not None:
-        reasons += check_log_content(log, rules)
-        sync = check_simulated_sensors(builder, log, rules, reasons)
-        pii_reasons, findings = check_residual_pii(log, rules)
+        built = log
+        reasons += _decoding(lambda: check_log_content(built, rules), reasons, [])
+        sync = _decoding(
+            lambda: check_simulated_sensors(builder, built, rules, reasons), reasons, []
+        )
+        pii_reasons, findings = _decoding(
+            lambda: check_residual_pii(built, rules), reasons, ([], [])
+        )
         reasons += pii_reasons
     else:  # timing needs only the camera channel, so still report it
         reasons += check_timing((m.log_time for m in scanned.messages[TOPIC_CAMERA]), rules)
@@ -175,7 +207,11 @@ def _recording_metadata(
 
 
 def _validate_profiled(
-    scanned: ScannedLog, profile: SourceProfile, rules: dict[str, Any], anonymized: bool
+    scanned: ScannedLog,
+    profile: SourceProfile,
+    rules: dict[str, Any],
+    anonymized: bool,
+    streaming: bool = False,
 ) -> ValidationReport:
     """A real car's recording: the profile's metadata (record and derived map), decoders and
     alignment. What the log does not carry is unknown (signals, derived metadata), reported
@@ -183,7 +219,7 @@ def _validate_profiled(
     found = _recording_metadata(scanned, profile, anonymized)
     reasons: list[Reason] = []
     metadata = found.values
-    builder = ProfileLogBuilder(scanned, profile)
+    builder = ProfileLogBuilder(scanned, profile, lazy=streaming)
     camera = profile.role("front_camera")
     times = np.array(
         [m.log_time for m in scanned.messages.get(camera.topic if camera else "", [])], np.int64
@@ -210,8 +246,11 @@ def _validate_profiled(
     reasons += check_clock_sync(sync, rules)
     findings: list[PiiFinding] = []
     if log is not None:
-        reasons += check_log_content(log, rules)
-        pii_reasons, findings = check_residual_pii(log, rules)
+        built = log
+        reasons += _decoding(lambda: check_log_content(built, rules), reasons, [])
+        pii_reasons, findings = _decoding(
+            lambda: check_residual_pii(built, rules), reasons, ([], [])
+        )
         reasons += pii_reasons
     duration = float((times.max() - times.min()) / 1e9) if len(times) > 1 else 0.0
     return ValidationReport(
@@ -238,8 +277,14 @@ def validate_drive_log(
     *,
     anonymized: bool = False,
     source: str | None = None,
+    streaming: bool = False,
 ) -> ValidationReport:
     """Validate one uploaded MCAP file (bytes; a path or stream also works).
+
+    ``streaming=True`` (ingest; best with a path) keeps the memory bounded whatever the log's
+    length: large payloads stay in the file (:mod:`.payloads`) and the report's ``log`` decodes
+    each frame's images when the frame is read (:mod:`.lazy_frames`), so the file must stay
+    readable while the log is used.
 
     ``rules`` overrides parts of logs.yaml's ``validation`` section. ``anonymized=True`` checks
     the post-anonymization metadata contract (``vehicle_pseudonym`` instead of ``vin``), so the
@@ -251,7 +296,7 @@ def validate_drive_log(
     """
     resolved = resolve_rules(rules)
     try:
-        return _validate(data, resolved, anonymized, source)
+        return _validate(data, resolved, anonymized, source, streaming)
     except Exception as exc:  # the contract is "never raises", even for our own bugs
         return ValidationReport(
             accepted=False,

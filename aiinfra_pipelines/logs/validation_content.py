@@ -1,7 +1,9 @@
 """Content checks on decoded frames: timing, signal values, images, events, residual PII.
 
-They need only an in-memory ``DriveLog``, not the file it came from, so the fleet can run
-them before writing and the index-only ingest path can reuse the timing and signal checks.
+They need only a ``DriveLog``, not the file it came from, so the fleet can run them before
+writing and the index-only ingest path can reuse the timing and signal checks. Timing, signal
+and event checks read a lazy log's frame skeletons (:func:`.lazy_frames.signal_frames`, no
+decoding); the image checks and the PII check decode frame by frame.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from aiinfra_pipelines.logs.lazy_frames import signal_frames
 from aiinfra_pipelines.logs.model import DriveLog
 from aiinfra_pipelines.logs.pii_check import (
     RESIDUAL_PII,
@@ -107,10 +110,11 @@ def check_signals(log: DriveLog, rules: dict[str, Any]) -> list[Reason]:
     exempt; a NaN in a signal the log does carry is still ``non_finite_signal``.
     """
     reasons = []
+    frames = signal_frames(log.frames)
     for name in SIGNALS:
         if name in log.unknown_signals:
             continue
-        values = np.array([getattr(frame, name) for frame in log.frames], dtype=np.float64)
+        values = np.array([getattr(frame, name) for frame in frames], dtype=np.float64)
         reasons += check_signal(name, values, rules["ranges"].get(name))
     event_values = np.array([e.value for e in log.events], dtype=np.float64)
     reasons += check_signal("trigger value", event_values, None)
@@ -138,7 +142,7 @@ def check_events(log: DriveLog) -> list[Reason]:
     """A trigger must fire inside the segment it kept, or the segment is not what it claims."""
     if not log.frames:
         return []
-    times = [frame.timestamp_ns for frame in log.frames]
+    times = [frame.timestamp_ns for frame in signal_frames(log.frames)]
     first, last = min(times), max(times)
     outside = [e for e in log.events if not first <= e.timestamp_ns <= last]
     return [
@@ -163,7 +167,7 @@ def check_log_content(log: DriveLog, rules: dict[str, Any] | None = None) -> lis
     """Content checks on an in-memory log (also usable by the fleet before writing)."""
     resolved = resolve_rules(rules)
     return [
-        *check_timing((frame.timestamp_ns for frame in log.frames), resolved),
+        *check_timing((frame.timestamp_ns for frame in signal_frames(log.frames)), resolved),
         *check_signals(log, resolved),
         *check_images(log),
         *check_events(log),

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import zlib
+from collections.abc import Iterator
 
 import lz4.frame
 import numpy as np
@@ -28,6 +29,7 @@ from aiinfra_pipelines.logs.inspect import inspect_log
 from aiinfra_pipelines.logs.limits import ReadLimits
 from aiinfra_pipelines.logs.reader import scan_mcap
 from aiinfra_pipelines.logs.validation import validate_drive_log
+from aiinfra_pipelines_tests.support.config_copies import resources_with
 from aiinfra_pipelines_tests.support.ros2_recording import write_ros2_recording
 
 MAGIC = b"\x89MCAP0\r\n"
@@ -203,27 +205,39 @@ def _claims(jpeg: bytes, width: int, height: int) -> bytes:
     return jpeg[: start + 5] + struct.pack(">HH", height, width) + jpeg[start + 9 :]
 
 
-def _report(craft) -> object:
-    report = validate_drive_log(write_ros2_recording(craft_image=craft))
+@pytest.fixture(params=["in_memory", "streaming"])
+def streaming(request, tmp_path) -> Iterator[bool]:
+    """Each image test twice: read in memory, and as ingest reads (payloads left in the file,
+    images decoded when a frame is read: a damaged frame surfaces during the checks)."""
+    if request.param == "in_memory":
+        yield False
+        return
+    overlay = {"logs.yaml": {"reader": {"deferred_payload_bytes": 64}}}
+    with resources_with(tmp_path / "resources", overlay):
+        yield True
+
+
+def _report(craft, streaming: bool = False) -> object:
+    report = validate_drive_log(write_ros2_recording(craft_image=craft), streaming=streaming)
     assert not report.accepted
     assert all(" at 0x" not in reason.message for reason in report.reasons)
     return report
 
 
-def test_a_jpeg_header_claiming_20000_by_20000_is_refused_before_decoding() -> None:
-    report = _report(lambda i, jpeg: _claims(jpeg, 20_000, 20_000) if i == 3 else jpeg)
+def test_a_jpeg_header_claiming_20000_by_20000_is_refused_before_decoding(streaming: bool) -> None:
+    report = _report(lambda i, jpeg: _claims(jpeg, 20_000, 20_000) if i == 3 else jpeg, streaming)
     assert report.codes[0] == errors.IMAGE_TOO_LARGE
     assert "image of 20000x20000 (400000000 pixels) passes the cap" in report.reasons[0].message
 
 
-def test_real_5000_by_5000_frames_are_refused_as_too_large() -> None:
+def test_real_5000_by_5000_frames_are_refused_as_too_large(streaming: bool) -> None:
     large = _jpeg(5000, 5000)  # a few hundred kB that would decode to 75 MB each
-    report = _report(lambda i, jpeg: large if i < 5 else jpeg)
+    report = _report(lambda i, jpeg: large if i < 5 else jpeg, streaming)
     assert report.codes[0] == errors.IMAGE_TOO_LARGE
     assert "5000x5000" in report.reasons[0].message
 
 
-def test_a_jpeg_with_its_image_data_overwritten_mid_way_is_a_bad_image() -> None:
+def test_a_jpeg_with_its_image_data_overwritten_mid_way_is_a_bad_image(streaming: bool) -> None:
     """Header and end marker intact, 1 kB of the entropy-coded data zeroed: other decoders
     return a grey-smeared frame without a word; this one is refused naming the frame."""
 
@@ -234,14 +248,16 @@ def test_a_jpeg_with_its_image_data_overwritten_mid_way_is_a_bad_image() -> None
         middle = (scan + len(jpeg)) // 2
         return jpeg[:middle] + bytes(min(1024, len(jpeg) - middle - 2)) + jpeg[-2:]
 
-    report = _report(damaged)
+    report = _report(damaged, streaming)
     assert report.codes == [errors.BAD_IMAGE]
     assert "image is damaged" in report.reasons[0].message
     assert str(1_717_228_800_000_000_000 + 4 * 100_000_000) in report.reasons[0].message
 
 
-def test_garbage_that_claims_to_be_an_image_is_a_bad_image_without_object_reprs() -> None:
-    report = _report(lambda i, jpeg: b"\x89PNG not really" if i == 2 else jpeg)
+def test_garbage_that_claims_to_be_an_image_is_a_bad_image_without_object_reprs(
+    streaming: bool,
+) -> None:
+    report = _report(lambda i, jpeg: b"\x89PNG not really" if i == 2 else jpeg, streaming)
     assert report.codes == [errors.BAD_IMAGE]
     assert "<data>" not in report.reasons[0].message
 

@@ -23,7 +23,9 @@ from mcap.records import Message as McapMessage
 
 from aiinfra_pipelines.logs import errors
 from aiinfra_pipelines.logs.errors import DriveLogError
+from aiinfra_pipelines.logs.lazy_frames import NO_IMAGE, LazyFrames
 from aiinfra_pipelines.logs.model import DriveLog, Frame, TriggerEvent
+from aiinfra_pipelines.logs.payloads import DeferredMessage
 from aiinfra_pipelines.logs.reader import rate_hz
 from aiinfra_pipelines.logs.rig import calibration_sha256
 from aiinfra_pipelines.logs.sources import decode
@@ -101,9 +103,11 @@ def _rate(records: list[McapMessage]) -> float | None:
 class ProfileLogBuilder:
     """Decodes a scanned file's roles with one :class:`SourceProfile`."""
 
-    def __init__(self, scanned: Any, profile: SourceProfile) -> None:
+    def __init__(self, scanned: Any, profile: SourceProfile, *, lazy: bool = False) -> None:
         self.scanned = scanned
         self.profile = profile
+        # Frames decode their images when read (logs.lazy_frames): the streaming ingest path.
+        self.lazy = lazy
         self.decoder = decode.MessageDecoder(scanned.schemas)
         # Decoded messages by record identity: building frames, checking sensors and reading
         # their clocks visit the same records; each is decoded once.
@@ -128,6 +132,8 @@ class ProfileLogBuilder:
         return channel, list(self.scanned.messages.get(spec.topic, []))
 
     def _decode(self, channel: Channel, record: McapMessage) -> Any:
+        if isinstance(record, DeferredMessage):  # a payload left in the file stays there
+            return self.decoder.decode(channel, record)
         key = id(record)  # the scanned log keeps every record alive, so ids are stable
         if key not in self._decoded_records:
             self._decoded_records[key] = self.decoder.decode(channel, record)
@@ -231,14 +237,18 @@ class ProfileLogBuilder:
 
     def _check_pass_through(self) -> None:
         for role in PASS_THROUGH_ROLES:
-            messages = self._decoded(role)
-            if not messages:
+            channel, records = self._records(role)
+            if channel is None or not records:
                 continue
             details: dict[str, Any] = {}
-            if role == "lidar":
+            if role == "lidar":  # one sweep decoded at a time: a drive's sweeps are gigabytes
                 topic = self.profile.roles[role].topic
-                points = [decode.point_count(m, f"{topic} #{i}") for i, m in enumerate(messages)]
+                points = [
+                    decode.point_count(self._decode(channel, record), f"{topic} #{i}")
+                    for i, record in enumerate(records)
+                ]
                 details["points_mean"] = float(np.mean(points))
+            messages = [] if role == "lidar" else self._decoded(role)
             if role == "static_transforms":
                 self.transforms = [t for m in messages for t in decode.static_transforms(m)]
                 details["frames"] = sorted({t["child"] for t in self.transforms})
@@ -324,12 +334,10 @@ class ProfileLogBuilder:
         if channel is None or not camera_records:
             raise self._absent("front_camera")
         frame_times = [record.log_time for record in camera_records]
-        images = [
-            decode.image_rgb(self._decode(channel, record), f"frame {record.log_time}")
-            for record in camera_records
-        ]
-        self._summarize("front_camera", width=images[0].shape[1], height=images[0].shape[0])
-        self.check_sensors({"front_camera": images[0].shape})
+        load = _FrontImages(self.decoder, channel, camera_records)
+        first = load(0)["image"]
+        self._summarize("front_camera", width=first.shape[1], height=first.shape[0])
+        self.check_sensors({"front_camera": first.shape})
         columns = self._located("gnss", POSITION_SIGNALS, frame_times, decode.position_fix)
         columns |= self._located("pose", POSE_SIGNALS, frame_times, decode.pose_xy_heading)
         signals = SignalReader(self.profile, self._records, self._decode, frame_times)
@@ -338,14 +346,17 @@ class ProfileLogBuilder:
             self._summarize(role)
         columns |= found.values
         self.signal_sources.update(found.sources)
-        frames = [
+        skeletons = [
             Frame(
                 timestamp_ns=time,
-                image=image,
+                image=NO_IMAGE,
                 **{name: values[i] for name, values in columns.items()},
             )
-            for i, (time, image) in enumerate(zip(frame_times, images, strict=True))
+            for i, time in enumerate(frame_times)
         ]
+        frames: Sequence[Frame] = LazyFrames(skeletons, load)
+        if not self.lazy:
+            frames = list(frames)
         unknown = frozenset(name for name, where in self.signal_sources.items() if where == UNKNOWN)
         return DriveLog(
             metadata=dict(metadata), frames=frames, events=self._events(), unknown_signals=unknown
@@ -375,7 +386,21 @@ class ProfileLogBuilder:
         return events
 
 
-def read_profiled_log(scanned: Any, name: str | None = None) -> DriveLog:
+class _FrontImages:
+    """Frame ``i``'s front image decoded to rgb8 (the payload loader of :class:`LazyFrames`)."""
+
+    def __init__(self, decoder: Any, channel: Channel, records: list[McapMessage]) -> None:
+        self._decoder = decoder
+        self._channel = channel
+        self._records = records
+
+    def __call__(self, index: int) -> dict[str, Any]:
+        record = self._records[index]
+        message = self._decoder.decode(self._channel, record)
+        return {"image": decode.image_rgb(message, f"frame {record.log_time}")}
+
+
+def read_profiled_log(scanned: Any, name: str | None = None, *, lazy: bool = False) -> DriveLog:
     """A real car's log read with its source profile (named, or matched by channels).
 
     Its metadata is the profile's record completed by the profile's derived map (the log id
@@ -389,7 +414,7 @@ def read_profiled_log(scanned: Any, name: str | None = None) -> DriveLog:
         raise DriveLogError(
             errors.MISSING_METADATA, f"no '{profile.metadata_record}' metadata record"
         )
-    return ProfileLogBuilder(scanned, profile).build(metadata.values)
+    return ProfileLogBuilder(scanned, profile, lazy=lazy).build(metadata.values)
 
 
 @dataclass(frozen=True)
