@@ -21,19 +21,24 @@ Production concerns (issue 7):
   connect/read timeouts and ``RetryPolicy`` (exponential backoff, full jitter) on 5xx,
   timeouts and connection errors, never on 4xx. Exhausted retries raise
   ``LakeUnavailableError``; 401/403 raise ``LakeAuthError``.
-* ``object_io="s3_gateway"`` moves object bytes (``put_object``/``get_object``) to lakeFS's S3
-  gateway (``s3_gateway.S3Gateway``: bucket = repository, key = ``<ref>/<path>``, multipart
-  above a threshold); metadata calls (stat, list, diff, commit, ...) stay on the API.
+* ``object_io="s3_gateway"`` moves object bytes (``put_object``/``get_object``/
+  ``download_object``) to lakeFS's S3 gateway (``s3_gateway.S3Gateway``: bucket = repository,
+  key = ``<ref>/<path>``, multipart above a threshold); metadata calls (stat, list, diff,
+  commit, ...) stay on the API.
+* ``download_object`` streams (ranged reads on the API, a streamed GET on the gateway);
+  ``upload_file`` sends a file larger than one part (``multipart_part_mb``) as a multipart
+  upload through the gateway, part by part, like the resumable uploads.
 * Credentials are never part of ``repr``, messages or logs.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import dagster as dg
 import lakefs
@@ -56,6 +61,7 @@ from aiinfra_pipelines.lake.errors import (
     NothingToCommitError,
     TagExistsError,
 )
+from aiinfra_pipelines.lake.files import replacing_file
 from aiinfra_pipelines.lake.keys import (
     validate_branch_name,
     validate_key,
@@ -85,6 +91,11 @@ S3_MIN_PART_BYTES = 5 * 1024 * 1024  # S3 (and lakeFS's gateway): every part but
 _API_SUFFIX = "/api/v1"
 _TRANSFER_KEYS = frozenset({"multipart_threshold_mb", "multipart_part_mb", "multipart_concurrency"})
 _TIMEOUT_KEYS = frozenset({"connect_s", "read_s"})
+_MIB = 1024 * 1024
+# ``download_object`` over the API reads an object in ranges of this size. Each range is one
+# HTTP request held in memory whole (the SDK reads a response body at once), so it is bigger
+# than a file block, to keep a 3 GB log at a few hundred requests, and small enough for RAM.
+API_READ_BYTES = 8 * _MIB
 
 
 def _resolve_config(value: str) -> str:
@@ -464,6 +475,55 @@ class LakeFSLake(VersionedLake):
         with _translate(f"get {self._where(ref, key)}"), obj.reader(mode="rb") as reader:
             data = reader.read()
         return data if isinstance(data, bytes) else data.encode("utf-8")
+
+    def download_object(
+        self, ref: str, key: str, destination: str | os.PathLike[str]
+    ) -> ObjectStat:
+        """See ``VersionedLake.download_object``.
+
+        Streams through the S3 gateway (``object_io="s3_gateway"``: one GET, resumed after a
+        broken connection) or the API (ranged reads of ``API_READ_BYTES`` through the SDK's
+        object reader). A branch's object can be replaced while it is read, so the object is
+        stat-ed before and after: a different checksum, or a byte count other than the size,
+        raises ``ConcurrentUpdateError`` and leaves no file. The checksum returned is lakeFS's,
+        as ``stat_object`` reports it.
+        """
+        before = self.stat_object(ref, key)
+        where = self._where(ref, key)
+        with _translate(f"download {where}"), replacing_file(destination) as sink:
+            if self._via_gateway():
+                written, _etag = self.gateway().download(self.repository, f"{ref}/{key}", sink)
+            else:
+                written = self._read_ranges(ref, key, before.size, sink)
+            after = self.stat_object(ref, key)
+            if written != before.size or after.checksum != before.checksum:
+                raise ConcurrentUpdateError(
+                    f"download {where}: the object changed while it was read ({before.size} "
+                    f"bytes with checksum {before.checksum} announced, {written} bytes read, "
+                    f"checksum now {after.checksum}); download it again"
+                )
+        return before
+
+    def _read_ranges(self, ref: str, key: str, size: int, sink: BinaryIO) -> int:
+        """Copy the first ``size`` bytes of the object into ``sink``, one ranged read of at
+        most ``API_READ_BYTES`` at a time; the number of bytes copied (less than ``size`` when
+        the object shrank meanwhile)."""
+        written = 0
+        if size == 0:
+            return 0  # a range on an empty object is unsatisfiable (416): nothing to read
+        with self._repo().ref(ref).object(key).reader(mode="rb") as reader:
+            while written < size:
+                block = reader.read(min(API_READ_BYTES, size - written))
+                if not block:
+                    break
+                sink.write(block)
+                written += len(block)
+        return written
+
+    def _upload_file_part_bytes(self, size: int) -> int:
+        """Parts of ``multipart_part_mb`` (the gateway's configured part size), or larger when
+        the file would otherwise need more than S3's 10,000 parts."""
+        return max(super()._upload_file_part_bytes(size), self.multipart_part_mb * _MIB)
 
     def stat_object(self, ref: str, key: str) -> ObjectStat:
         """See ``VersionedLake.stat_object``."""

@@ -18,6 +18,7 @@ the same branch serialise and neither commit is lost.
 from __future__ import annotations
 
 import heapq
+import os
 import sqlite3
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -33,6 +34,7 @@ from aiinfra_pipelines.lake.errors import (
     NothingToCommitError,
     TagExistsError,
 )
+from aiinfra_pipelines.lake.files import replacing_file
 from aiinfra_pipelines.lake.keys import (
     validate_branch_name,
     validate_key,
@@ -40,7 +42,15 @@ from aiinfra_pipelines.lake.keys import (
     validate_tag_name,
 )
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH
-from aiinfra_pipelines.lake.local_blobs import OBJECTS_DIRNAME, Value, read_blob, write_blob
+from aiinfra_pipelines.lake.local_blobs import (
+    OBJECTS_DIRNAME,
+    Value,
+    copy_blob,
+    read_blob,
+    write_blob,
+    write_blob_from_file,
+    write_blob_stream,
+)
 from aiinfra_pipelines.lake.local_db import DB_FILENAME, read_transaction, write_transaction
 from aiinfra_pipelines.lake.local_graph import diff_commits, merge_base
 from aiinfra_pipelines.lake.local_history import (
@@ -189,17 +199,18 @@ class LocalLake(VersionedLake):
             return resolve(conn, self.repository, ref)
 
     # ============================================================================ objects
-    def put_object(self, branch: str, key: str, data: bytes) -> ObjectStat:
-        """See ``VersionedLake.put_object``. Content is written (durably) before it is staged,
-        so a staged entry never points at missing content."""
+    def _check_target(self, branch: str, key: str) -> None:
+        """Validate a write's branch and key and fail fast, before any content is written, on a
+        missing repository or branch."""
         validate_branch_name(branch)
         validate_key(key)
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"put_object needs bytes, got {type(data).__name__}")
-        with self._read() as conn:  # fail fast, before writing content, on a missing branch
+        with self._read() as conn:
             self._require_repo(conn)
             branch_head(conn, self.repository, branch)
-        value = write_blob(self._objects_dir(), bytes(data))
+
+    def _stage(self, branch: str, key: str, value: Value) -> ObjectStat:
+        """Stage stored content under ``key``. Content is always written (durably) before it
+        is staged, so a staged entry never points at missing content."""
         with self._write() as conn:
             branch_head(conn, self.repository, branch)
             conn.execute(
@@ -207,6 +218,29 @@ class LocalLake(VersionedLake):
                 "VALUES (?, ?, ?, ?, ?)",
                 (self.repository, branch, key, value.sha, value.size),
             )
+        return ObjectStat(key=key, size=value.size, checksum=value.sha)
+
+    def put_object(self, branch: str, key: str, data: bytes) -> ObjectStat:
+        """See ``VersionedLake.put_object``."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"put_object needs bytes, got {type(data).__name__}")
+        self._check_target(branch, key)
+        return self._stage(branch, key, write_blob(self._objects_dir(), bytes(data)))
+
+    def upload_file(self, branch: str, key: str, source: str | os.PathLike[str]) -> ObjectStat:
+        """See ``VersionedLake.upload_file``: the file is hashed and copied into the content
+        store in one pass, block by block, then staged as ``put_object`` stages."""
+        self._check_target(branch, key)
+        return self._stage(branch, key, write_blob_from_file(self._objects_dir(), source))
+
+    def download_object(
+        self, ref: str, key: str, destination: str | os.PathLike[str]
+    ) -> ObjectStat:
+        """See ``VersionedLake.download_object``: copied from the content file in blocks and
+        verified against its sha256 on the way (``LakeError`` on a mismatch, and no file)."""
+        value = self._stat(ref, key)
+        with replacing_file(destination) as sink:
+            copy_blob(self._objects_dir(), value, key, sink)
         return ObjectStat(key=key, size=value.size, checksum=value.sha)
 
     # ---------------------------------------------------------------- resumable uploads
@@ -219,11 +253,7 @@ class LocalLake(VersionedLake):
 
     def begin_upload(self, branch: str, key: str) -> UploadHandle:
         """See ``VersionedLake.begin_upload`` (parts live in ``local_uploads``)."""
-        validate_branch_name(branch)
-        validate_key(key)
-        with self._read() as conn:
-            self._require_repo(conn)
-            branch_head(conn, self.repository, branch)
+        self._check_target(branch, key)
         return self._uploads().begin(branch, key)
 
     def upload_part(self, upload: UploadHandle, part_number: int, data: bytes) -> str:
@@ -233,10 +263,13 @@ class LocalLake(VersionedLake):
         return self._uploads().parts(upload)
 
     def complete_upload(self, upload: UploadHandle, parts: dict[int, str]) -> ObjectStat:
+        """See ``VersionedLake.complete_upload``. The parts are streamed into the content
+        store (this is the path multi-GB logs take), then staged as ``put_object`` stages."""
         uploads = self._uploads()
-        stat = self.put_object(
-            upload.branch, upload.key, uploads.joined(upload, parts, self.min_part_bytes)
-        )
+        blocks = uploads.assemble(upload, parts, self.min_part_bytes)
+        self._check_target(upload.branch, upload.key)
+        value = write_blob_stream(self._objects_dir(), blocks)
+        stat = self._stage(upload.branch, upload.key, value)
         uploads.discard(upload)
         return stat
 

@@ -4,9 +4,10 @@ A car on a bad network sends a log in parts and must be able to die between any 
 Each open upload is a folder under ``<lake root>/uploads/<upload id>/``: ``upload.json`` names
 its repository, branch and key; every part is written to a temporary file, fsynced and renamed
 into place (``part-00001``), so a part is either whole or absent. Completion checks the parts
-as S3 does (consecutive numbers, matching ETags, non-final parts at least ``min_part_bytes``),
-joins them, stages the object through ``put_object`` and removes the folder. Nothing is visible
-on the branch before completion.
+as S3 does (consecutive numbers, matching ETags, non-final parts at least ``min_part_bytes``)
+and streams them, block by block, into the content store (``assemble``: a drive log is GB and
+never joined in memory); the lake then stages the object and removes the folder. Nothing is
+visible on the branch before completion.
 
 An upload id comes back from a car, so it is input, not a path: only the ids ``begin`` makes
 (32 lowercase hex digits) are accepted, and the folder they name must resolve under the
@@ -23,21 +24,32 @@ import json
 import re
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from aiinfra_pipelines.durable import write_durably
 
 from .errors import InvalidKeyError, LakeError, NotFoundError
-from .port import UploadHandle
+from .files import read_blocks
+from .port import MAX_UPLOAD_PARTS, UploadHandle
 
 UPLOADS_DIRNAME = "uploads"
 MANIFEST = "upload.json"
-MAX_PART_NUMBER = 10_000  # S3's limit
+MAX_PART_NUMBER = MAX_UPLOAD_PARTS  # S3's limit
 _UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")  # uuid4().hex, what begin() hands out
 
 
 def part_etag(data: bytes) -> str:
     return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+def _file_etag(path: Path) -> str:
+    """``part_etag`` of a stored part, read in blocks."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as handle:
+        for block in read_blocks(handle):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class LocalUploads:
@@ -96,31 +108,50 @@ class LocalUploads:
     def parts(self, upload: UploadHandle) -> dict[int, str]:
         path = self._dir(upload)
         return {
-            int(part.name.split("-", 1)[1]): part_etag(part.read_bytes())
+            int(part.name.split("-", 1)[1]): _file_etag(part)
             for part in sorted(path.glob("part-*"))
         }
 
-    def joined(self, upload: UploadHandle, parts: dict[int, str], min_part_bytes: int) -> bytes:
-        """The object's bytes, after S3's checks on the listed parts."""
+    def assemble(
+        self, upload: UploadHandle, parts: dict[int, str], min_part_bytes: int
+    ) -> Iterator[bytes]:
+        """The object's bytes in blocks, part after part, for ``local_blobs.write_blob_stream``.
+
+        What S3 checks without reading data (the upload is open, parts numbered 1..n, all
+        arrived, non-final ones at least ``min_part_bytes``) is checked here, before anything
+        is written; each part's ETag is checked as it streams by, and a mismatch raises
+        ``LakeError`` from the iterator, which makes the store discard what it wrote.
+        """
         path = self._dir(upload)
         numbers = sorted(int(n) for n in parts)
         if not numbers or numbers != list(range(1, len(numbers) + 1)):
             raise LakeError(f"upload {upload.upload_id}: parts must be 1..n, got {numbers}")
-        chunks = []
+        files = []
         for number in numbers:
             file = path / f"part-{number:05d}"
             if not file.is_file():
                 raise LakeError(f"upload {upload.upload_id}: part {number} never arrived")
-            data = file.read_bytes()
-            if part_etag(data) != parts[number]:
-                raise LakeError(f"upload {upload.upload_id}: part {number} ETag mismatch")
-            if number != numbers[-1] and len(data) < min_part_bytes:
+            size = file.stat().st_size
+            if number != numbers[-1] and size < min_part_bytes:
                 raise LakeError(
-                    f"upload {upload.upload_id}: part {number} is {len(data)} bytes; every "
+                    f"upload {upload.upload_id}: part {number} is {size} bytes; every "
                     f"part but the last needs at least {min_part_bytes} (EntityTooSmall)"
                 )
-            chunks.append(data)
-        return b"".join(chunks)
+            files.append((number, file))
+        return self._verified_blocks(upload, files, parts)
+
+    @staticmethod
+    def _verified_blocks(
+        upload: UploadHandle, files: list[tuple[int, Path]], parts: dict[int, str]
+    ) -> Iterator[bytes]:
+        for number, file in files:
+            digest = hashlib.md5(usedforsecurity=False)
+            with file.open("rb") as handle:
+                for block in read_blocks(handle):
+                    digest.update(block)
+                    yield block
+            if digest.hexdigest() != parts[number]:
+                raise LakeError(f"upload {upload.upload_id}: part {number} ETag mismatch")
 
     def discard(self, upload: UploadHandle) -> None:
         """Remove an open upload of this branch and key; one already gone is no error."""

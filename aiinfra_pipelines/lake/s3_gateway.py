@@ -17,9 +17,10 @@ Client settings that matter for lakeFS (and any non-AWS S3):
   ``aiinfra_pipelines.lake.retry`` so the policy and logging are the lakeFS API's.
 
 Failures arrive as ``aiinfra_pipelines.lake.errors``: 404 → ``NotFoundError``, 401/403 →
-``LakeAuthError``, other 4xx → ``LakeError``, exhausted 5xx/timeouts/connection errors →
-``LakeUnavailableError``. The secret key lives only inside the botocore client; it is in no
-attribute, ``repr`` or message of this class.
+``LakeAuthError``, 412 (a conditional read found another version) → ``ConcurrentUpdateError``,
+other 4xx → ``LakeError``, exhausted 5xx/timeouts/connection errors → ``LakeUnavailableError``.
+The secret key lives only inside the botocore client; it is in no attribute, ``repr`` or
+message of this class.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import boto3
 from botocore.config import Config
@@ -44,11 +46,13 @@ from botocore.exceptions import (
 )
 
 from aiinfra_pipelines.lake.errors import (
+    ConcurrentUpdateError,
     LakeAuthError,
     LakeError,
     LakeUnavailableError,
     NotFoundError,
 )
+from aiinfra_pipelines.lake.files import BLOCK_BYTES
 from aiinfra_pipelines.lake.retry import (
     IDEMPOTENT_METHODS,
     RetryPolicy,
@@ -140,6 +144,8 @@ def translate(what: str, exc: BaseException) -> LakeError:
             return NotFoundError(f"{what}: not found ({code or status})")
         if status in (401, 403) or code in _AUTH_CODES:
             return LakeAuthError(f"{what}: access denied ({code or status}): {message}")
+        if status == 412:
+            return ConcurrentUpdateError(f"{what}: the object changed meanwhile ({code}) {message}")
         if status is not None and status >= 500:
             return LakeUnavailableError(f"{what}: HTTP {status} {code}{after}: {message}")
         return LakeError(f"{what}: HTTP {status} {code}: {message}")
@@ -221,8 +227,56 @@ class S3Gateway:
 
         def attempt() -> bytes:
             response = self.client.get_object(Bucket=bucket, Key=key)
-            with response["Body"] as body:
-                return body.read()  # botocore checks the length against Content-Length
+            # botocore's StreamingBody.read (not the raw stream ``with`` would hand out) turns a
+            # broken body into a retryable botocore error and checks the Content-Length.
+            with closing(response["Body"]) as body:
+                return body.read()
+
+        return self._call(f"get {self._where(bucket, key)}", "GET", attempt)
+
+    def download(
+        self, bucket: str, key: str, sink: BinaryIO, block_bytes: int = BLOCK_BYTES
+    ) -> tuple[int, str]:
+        """Stream the object at ``key`` into ``sink`` ``block_bytes`` at a time; ``(size, etag)``.
+
+        ``sink`` is a seekable file positioned where the content goes (a fresh file). A GET
+        whose body breaks off is retried like one that failed outright and resumes where it
+        stopped, with ``Range`` and ``If-Match`` on the first answer's ETag, so a multi-GB
+        object is not fetched again from the start and both halves come from one version (a
+        replaced object fails with ``ConcurrentUpdateError``). A server that ignores the
+        ``Range`` is read again from the start.
+        """
+        start = sink.tell()
+        written = 0
+        etag: str | None = None
+
+        def attempt() -> tuple[int, str]:
+            nonlocal written, etag
+            request: dict[str, Any] = {"Bucket": bucket, "Key": key}
+            if written:
+                request["Range"] = f"bytes={written}-"
+                if etag:
+                    request["IfMatch"] = f'"{etag}"'
+            response = self.client.get_object(**request)
+            answered = str(response.get("ETag", "")).strip('"')
+            offset = written
+            if offset and not str(response.get("ContentRange", "")).startswith(f"bytes {offset}-"):
+                offset = 0  # the whole object came back
+            if offset and etag and answered != etag:
+                raise ConcurrentUpdateError(
+                    f"get {self._where(bucket, key)}: replaced while it was read "
+                    f"(ETag {etag} became {answered})"
+                )
+            sink.seek(start + offset)
+            sink.truncate()
+            written, etag = offset, answered
+            # closing(), not ``with``: a StreamingBody's __enter__ returns the raw urllib3
+            # stream, and its own read() is the one that checks the Content-Length at the end.
+            with closing(response["Body"]) as body:
+                for block in body.iter_chunks(block_bytes):
+                    sink.write(block)
+                    written += len(block)
+            return written, answered
 
         return self._call(f"get {self._where(bucket, key)}", "GET", attempt)
 

@@ -10,7 +10,11 @@ server when ``LAKEFS_ENDPOINT`` is set.
 
 from __future__ import annotations
 
+import os
 import pickle
+import re
+from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -23,11 +27,13 @@ from aiinfra_pipelines.lake import (
     NotFoundError,
     NothingToCommitError,
 )
+from aiinfra_pipelines.lake import lakefs as lakefs_adapter
 from aiinfra_pipelines_tests.support.http_fakes import (
     FakeLakeFS,
     Reply,
     commit_json,
     repository_json,
+    serve,
 )
 from aiinfra_pipelines_tests.support.lakefs_api import (
     API,
@@ -37,6 +43,7 @@ from aiinfra_pipelines_tests.support.lakefs_api import (
     error,
     listing,
     merge_base_json,
+    object_stats_json,
     resolves,
     stat,
     two_dot_diff,
@@ -288,3 +295,93 @@ def test_repository_creation_needs_a_storage_namespace(fake: FakeLakeFS) -> None
         "sample_data": False,
         "read_only": False,
     }
+
+
+# ------------------------------------------------------------------------ streamed downloads
+class _ObjectServingLakeFS(FakeLakeFS):
+    """The scripted API, plus object content served as lakeFS serves it: ``GET
+    .../refs/{ref}/objects?path=`` answers the whole object (200) or, with a ``Range`` header,
+    206 with ``Content-Range``. Every ``Range`` asked for is recorded."""
+
+    def __init__(self, objects: dict[tuple[str, str], bytes]) -> None:
+        super().__init__()
+        self.objects = objects
+        self.ranges: list[str | None] = []
+
+    def _answer(self, handler) -> None:
+        path, _, raw_query = handler.path.partition("?")
+        match = re.fullmatch(f"{API}/refs/([^/]+)/objects", path)
+        query = {k: v[-1] for k, v in parse_qs(raw_query).items()}
+        data = self.objects.get((match[1], query.get("path", ""))) if match else None
+        if handler.command != "GET" or data is None:
+            super()._answer(handler)
+            return
+        wanted = handler.headers.get("Range")
+        self.ranges.append(wanted)
+        status, body, headers = 200, data, {}
+        if wanted:
+            first, last = (int(x) for x in wanted.removeprefix("bytes=").split("-"))
+            last = min(last, len(data) - 1)
+            status, body = 206, data[first : last + 1]
+            headers["Content-Range"] = f"bytes {first}-{last}/{len(data)}"
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/octet-stream")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.send_header("ETag", '"scripted"')
+        for name, value in headers.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(body)
+
+
+def _serving(data: bytes) -> _ObjectServingLakeFS:
+    server = _ObjectServingLakeFS({("ingest-7", "logs/a.mcap"): data})
+    server.route("GET", "/api/v1/config", then=Reply(200, config_json()))
+    server.route("GET", API, then=Reply(200, repository_json()))
+    return server
+
+
+def test_download_object_reads_the_api_in_ranges(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(lakefs_adapter, "API_READ_BYTES", 1024 * 1024)
+    data = os.urandom(2 * 1024 * 1024 + 100)
+    server = _serving(data)
+    stat(server, "ingest-7", "logs/a.mcap", "lakefs-checksum", size=len(data))
+    with serve(server):
+        downloaded = _lake(server.url).download_object(
+            "ingest-7", "logs/a.mcap", tmp_path / "a.mcap"
+        )
+    assert (downloaded.size, downloaded.checksum) == (len(data), "lakefs-checksum")
+    assert (tmp_path / "a.mcap").read_bytes() == data
+    assert server.ranges == [
+        "bytes=0-1048575",
+        "bytes=1048576-2097151",
+        "bytes=2097152-2097251",
+    ], "one bounded range per request, and none past the end"
+    stats = server.calls_to("GET", f"{API}/refs/ingest-7/objects/stat")
+    assert len(stats) == 2, "stat-ed before and after, to notice a replaced object"
+
+
+def test_an_object_replaced_during_a_download_leaves_no_file(tmp_path: Path) -> None:
+    data = b"first version"
+    server = _serving(data)
+    stat_path = f"{API}/refs/ingest-7/objects/stat"
+    before = Reply(200, object_stats_json("logs/a.mcap", "c-1", len(data)))
+    after = Reply(200, object_stats_json("logs/a.mcap", "c-2", len(data)))
+    server.route("GET", stat_path, before, then=after)
+    (tmp_path / "a.mcap").write_bytes(b"older download")
+    with serve(server), pytest.raises(ConcurrentUpdateError, match="changed while it was read"):
+        _lake(server.url).download_object("ingest-7", "logs/a.mcap", tmp_path / "a.mcap")
+    assert (tmp_path / "a.mcap").read_bytes() == b"older download"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.mcap"]
+
+
+def test_download_of_a_missing_or_empty_object(fake: FakeLakeFS, tmp_path: Path) -> None:
+    stat(fake, "main", "empty.bin", "empty-checksum", size=0)  # the first matching route answers
+    fake.route("GET", f"{API}/refs/main/objects/stat", then=error(404, "path not found"))
+    lake = _lake(fake.url)
+    with pytest.raises(NotFoundError, match=r"missing\.bin"):
+        lake.download_object("main", "missing.bin", tmp_path / "missing.bin")
+    assert list(tmp_path.iterdir()) == []
+    assert lake.download_object("main", "empty.bin", tmp_path / "empty.bin").size == 0
+    assert (tmp_path / "empty.bin").read_bytes() == b""
+    assert fake.calls_to("GET", f"{API}/refs/main/objects") == [], "nothing to read: no request"

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import multiprocessing
 import os
 import pickle
 import random
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from aiinfra_pipelines.lake import LakeError, LocalLake, VersionedLake, local_graph
+from aiinfra_pipelines.lake import LakeError, LocalLake, NotFoundError, VersionedLake, local_graph
 from aiinfra_pipelines.lake.local import DB_FILENAME, OBJECTS_DIRNAME
 from aiinfra_pipelines_tests.lake._workers import put_and_commit
 
@@ -183,6 +187,146 @@ def test_corrupted_content_is_detected_on_read(lake: LocalLake) -> None:
     blob.write_bytes(b"bad weights!")
     with pytest.raises(LakeError, match="checksum"):
         lake.get_object("main", "model.bin")
+
+
+# ------------------------------------------------------------------------- files, large objects
+def _blob(lake: LocalLake, sha: str) -> Path:
+    return lake.root_path() / OBJECTS_DIRNAME / sha[:2] / sha
+
+
+def _temp_files(lake: LocalLake) -> list[Path]:
+    return [p for p in lake.root_path().rglob(".tmp*")]
+
+
+def test_download_of_corrupted_content_raises_and_leaves_no_file(
+    lake: LocalLake, tmp_path: Path
+) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 5)  # several blocks: the mismatch shows only at the end
+    stat = lake.put_object("main", "model.bin", data)
+    damaged = bytearray(data)
+    damaged[-1] ^= 0xFF
+    _blob(lake, stat.checksum).write_bytes(bytes(damaged))
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(LakeError, match="checksum"):
+        lake.download_object("main", "model.bin", out / "model.bin")
+    assert list(out.iterdir()) == [], "neither the file nor its temporary sibling"
+
+    (out / "model.bin").write_bytes(b"previous")
+    _blob(lake, stat.checksum).write_bytes(data[:-1])  # truncated
+    with pytest.raises(LakeError, match="checksum"):
+        lake.download_object("main", "model.bin", out / "model.bin")
+    _blob(lake, stat.checksum).unlink()
+    with pytest.raises(LakeError, match="missing") as missing:
+        lake.download_object("main", "model.bin", out / "model.bin")
+    assert not isinstance(missing.value, NotFoundError), "a damaged store is not a missing key"
+    assert [p.name for p in out.iterdir()] == ["model.bin"]
+    assert (out / "model.bin").read_bytes() == b"previous"
+
+
+def test_upload_file_is_content_addressed_and_crash_safe(
+    lake: LocalLake, tmp_path: Path, monkeypatch
+) -> None:
+    source = tmp_path / "log.mcap"
+    source.write_bytes(os.urandom(2 * 1024 * 1024 + 7))
+    first = lake.upload_file("main", "logs/a.mcap", source)
+    again = lake.upload_file("main", "logs/b.mcap", source)
+    assert first.checksum == again.checksum == hashlib.sha256(source.read_bytes()).hexdigest()
+    assert _blob(lake, first.checksum).read_bytes() == source.read_bytes()
+    assert _blob_files(lake) == [_blob(lake, first.checksum)], "stored once"
+    assert _temp_files(lake) == []
+
+    def crash(*_args, **_kwargs):
+        raise OSError("simulated crash before rename")
+
+    source.write_bytes(b"another log")
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="simulated"):
+        lake.upload_file("main", "logs/c.mcap", source)
+    monkeypatch.undo()
+    assert not lake.object_exists("main", "logs/c.mcap")
+    assert _temp_files(lake) == []
+
+
+def test_completing_an_upload_streams_parts_and_checks_each_etag(lake: LocalLake) -> None:
+    lake = LocalLake(root=lake.root, upload_min_part_bytes=1024 * 1024)
+    parts = [os.urandom(1024 * 1024 + 3), os.urandom(1024 * 1024), os.urandom(10)]
+    upload = lake.begin_upload("main", "logs/parts.mcap")
+    etags = {n: lake.upload_part(upload, n, data) for n, data in enumerate(parts, start=1)}
+    assert lake.uploaded_parts(upload) == etags
+
+    with pytest.raises(LakeError, match="part 2 ETag mismatch"):
+        lake.complete_upload(upload, {**etags, 2: etags[1]})
+    assert not lake.object_exists("main", "logs/parts.mcap")
+    assert _temp_files(lake) == [], "the bytes streamed before the mismatch are discarded"
+    assert lake.uploaded_parts(upload) == etags, "a refused completion leaves the upload open"
+
+    stat = lake.complete_upload(upload, etags)
+    joined = b"".join(parts)
+    assert stat.checksum == hashlib.sha256(joined).hexdigest()
+    assert lake.get_object("main", "logs/parts.mcap") == joined
+    with pytest.raises(NotFoundError):
+        lake.uploaded_parts(upload)
+
+
+def test_the_default_upload_file_aborts_an_upload_that_fails(tmp_path: Path, monkeypatch) -> None:
+    """The port's multipart ``upload_file`` leaves no parts behind and reports the failure."""
+    lake = LocalLake(root=str(tmp_path / "lake"), upload_min_part_bytes=1024 * 1024)
+    lake.ensure_repository()
+    source = tmp_path / "log.mcap"
+    source.write_bytes(os.urandom(3 * 1024 * 1024 + 1))
+    sent = []
+    real_upload_part = LocalLake.upload_part
+
+    def flaky_upload_part(self, upload, part_number, data):
+        if part_number == 2:
+            raise OSError("link lost during part 2")
+        sent.append(len(data))
+        return real_upload_part(self, upload, part_number, data)
+
+    monkeypatch.setattr(LocalLake, "upload_part", flaky_upload_part)
+    with pytest.raises(OSError, match="part 2"):
+        VersionedLake.upload_file(lake, "main", "logs/a.mcap", source)
+    assert sent == [1024 * 1024], "one part in memory at a time"
+    assert list((lake.root_path() / "uploads").iterdir()) == [], "the upload was aborted"
+    assert not lake.object_exists("main", "logs/a.mcap")
+
+
+@pytest.mark.slow  # writes ~1 GB to disk
+def test_large_file_transfers_keep_memory_bounded(lake: LocalLake, tmp_path: Path) -> None:
+    """A 200 MB file moves in, out and in again (multipart) in a child process whose peak RSS
+    rises by well under the file's size: nothing holds the object whole."""
+    size = 200 * 1024 * 1024
+    source = tmp_path / "drive.mcap"
+    block = os.urandom(1024 * 1024)
+    with source.open("wb") as handle:
+        for _ in range(size // len(block)):
+            handle.write(block)
+    destination = tmp_path / "downloaded.mcap"
+    started = time.monotonic()
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json, sys\n"
+            "from aiinfra_pipelines_tests.lake._workers import file_transfer_peak_growth\n"
+            "print(json.dumps(file_transfer_peak_growth(*sys.argv[1:])))",
+            lake.root,
+            str(source),
+            str(destination),
+        ],
+        capture_output=True,
+        timeout=300,
+        check=True,
+    )
+    growth_kib = json.loads(child.stdout.decode().strip().splitlines()[-1])
+    assert max(growth_kib.values()) < 64 * 1024, (growth_kib, time.monotonic() - started)
+    with source.open("rb") as handle:
+        expected = hashlib.file_digest(handle, "sha256").hexdigest()
+    with destination.open("rb") as handle:
+        assert hashlib.file_digest(handle, "sha256").hexdigest() == expected
+    big, parts = (lake.stat_object("main", k) for k in ("logs/big.mcap", "logs/parts.mcap"))
+    assert (big.size, big.checksum) == (parts.size, parts.checksum) == (size, expected)
 
 
 # ------------------------------------------------------------------------- delta diff path

@@ -8,20 +8,31 @@ upload that cannot finish is aborted instead of leaving parts behind.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.client
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import boto3
 import pytest
 
-from aiinfra_pipelines.lake import LakeAuthError, LakeFSLake, LakeUnavailableError, NotFoundError
+from aiinfra_pipelines.lake import (
+    ConcurrentUpdateError,
+    LakeAuthError,
+    LakeFSLake,
+    LakeUnavailableError,
+    NotFoundError,
+)
 from aiinfra_pipelines.lake.retry import RetryPolicy
 from aiinfra_pipelines.lake.s3_gateway import MIB, S3Gateway, TransferSettings
 from aiinfra_pipelines_tests.support.http_fakes import (
     FakeLakeFS,
     FaultyProxy,
     Reply,
+    commit_json,
     moto_s3,
     serve,
 )
@@ -226,3 +237,148 @@ def test_the_gateway_endpoint_defaults_to_the_api_host() -> None:
     assert lake.gateway().endpoint_url == "https://lakefs.example:8000"
     with pytest.raises(ValueError, match="5 MiB"):
         TransferSettings(part_size_bytes=MIB)
+
+
+# ------------------------------------------------------------------------ streamed downloads
+class _BreakingProxy:
+    """Forwards to ``upstream`` (moto), recording each GET's ``Range``; the first GET's body is
+    cut off halfway (the headers promise all of it), as a dropped connection does.
+    ``before_resume`` runs before the second GET is forwarded."""
+
+    def __init__(self, upstream: str, before_resume: Callable[[], None] = lambda: None) -> None:
+        host, port = upstream.removeprefix("http://").split(":")
+        self.upstream = (host, int(port))
+        self.before_resume = before_resume
+        self.ranges: list[str | None] = []
+        self._lock = threading.Lock()
+        self.url = ""
+
+    def _answer(self, handler) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else b""
+        with self._lock:
+            if handler.command == "GET":
+                self.ranges.append(handler.headers.get("Range"))
+            gets = len(self.ranges) if handler.command == "GET" else 0
+        if gets == 2:
+            self.before_resume()
+        connection = http.client.HTTPConnection(*self.upstream, timeout=30)
+        headers = {k: v for k, v in handler.headers.items() if k.lower() != "connection"}
+        connection.request(handler.command, handler.path, body=body, headers=headers)
+        answer = connection.getresponse()
+        payload = answer.read()
+        connection.close()
+        handler.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                handler.send_header(name, value)
+        handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        if handler.command == "HEAD":
+            return
+        if gets == 1:
+            handler.close_connection = True
+            # the client may already have given up on this connection
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                handler.wfile.write(payload[: len(payload) // 2])
+            return
+        handler.wfile.write(payload)
+
+
+@pytest.mark.services  # moto's S3 server
+def test_download_streams_into_a_file_and_resumes_a_broken_body(
+    moto_url: str, bucket: str, tmp_path: Path
+) -> None:
+    data = os.urandom(3 * MIB + 17)
+    _raw(moto_url).put_object(Bucket=bucket, Key="main/log.mcap", Body=data)
+    _raw(moto_url).put_object(Bucket=bucket, Key="main/empty.bin", Body=b"")
+    proxy = _BreakingProxy(moto_url)
+    with serve(proxy), (tmp_path / "log.mcap").open("wb") as sink:
+        size, etag = _gateway(proxy.url).download(bucket, "main/log.mcap", sink, block_bytes=MIB)
+    assert (size, etag) == (len(data), hashlib.md5(data).hexdigest())
+    assert (tmp_path / "log.mcap").read_bytes() == data
+    half = len(data) // 2
+    assert proxy.ranges == [None, f"bytes={half}-"], "the retry resumes, it does not restart"
+
+    whole = _BreakingProxy(moto_url)
+    with serve(whole):
+        assert _gateway(whole.url).get(bucket, "main/log.mcap") == data
+    assert whole.ranges == [None, None], "get() retries a broken body (from the start)"
+
+    with (tmp_path / "empty.bin").open("wb") as sink:
+        assert _gateway(moto_url).download(bucket, "main/empty.bin", sink) == (
+            0,
+            hashlib.md5(b"").hexdigest(),
+        )
+    with (tmp_path / "missing.bin").open("wb") as sink, pytest.raises(NotFoundError):
+        _gateway(moto_url).download(bucket, "main/missing.bin", sink)
+
+
+@pytest.mark.services  # moto's S3 server
+def test_a_resumed_download_refuses_an_object_replaced_meanwhile(
+    moto_url: str, bucket: str, tmp_path: Path
+) -> None:
+    _raw(moto_url).put_object(Bucket=bucket, Key="main/log.mcap", Body=b"a" * MIB)
+
+    def replace() -> None:
+        _raw(moto_url).put_object(Bucket=bucket, Key="main/log.mcap", Body=b"b" * MIB)
+
+    proxy = _BreakingProxy(moto_url, before_resume=replace)
+    with (
+        serve(proxy),
+        (tmp_path / "log.mcap").open("wb") as sink,
+        pytest.raises(ConcurrentUpdateError, match="changed meanwhile"),
+    ):
+        _gateway(proxy.url).download(bucket, "main/log.mcap", sink)
+    assert len(proxy.ranges) == 2, "If-Match made the server refuse the other version's bytes"
+
+
+@pytest.mark.services  # moto's S3 server
+def test_lakefs_lake_moves_files_through_the_gateway(moto_url: str, tmp_path: Path) -> None:
+    """``upload_file`` larger than one part goes up as a multipart upload through the gateway,
+    ``download_object`` comes back through a streamed GET; the API is asked only for the
+    branch (before the upload opens) and the stats."""
+    _raw(moto_url).create_bucket(Bucket="drive-data")
+    data = os.urandom(11 * MIB + 5)  # parts of 5, 5 and 1 MiB
+    source = tmp_path / "drive.mcap"
+    source.write_bytes(data)
+    api = FakeLakeFS()
+    repo = "/api/v1/repositories/drive-data"
+    api.route("GET", f"{repo}/commits/ingest-7", then=Reply(200, commit_json("c-7")))
+    stat = {
+        "path": "logs/drive.mcap",
+        "path_type": "object",
+        "physical_address": "s3://bucket/data/abc",
+        "checksum": "lakefs-checksum",
+        "size_bytes": len(data),
+        "mtime": 1_700_000_000,
+    }
+    api.route("GET", f"{repo}/refs/ingest-7/objects/stat", then=Reply(200, stat))
+    with serve(api):
+        lake = LakeFSLake(
+            endpoint=f"{api.url}/api/v1",
+            access_key_id=KEY_ID,
+            secret_access_key=SECRET,
+            object_io="s3_gateway",
+            s3_gateway_endpoint=moto_url,
+            multipart_part_mb=5,
+            multipart_threshold_mb=5,
+            retry_initial_backoff_s=0.01,
+            retry_max_backoff_s=0.05,
+        )
+        written = lake.upload_file("ingest-7", "logs/drive.mcap", source)
+        assert (written.size, written.checksum) == (len(data), "lakefs-checksum")
+        stored = _raw(moto_url).head_object(Bucket="drive-data", Key="ingest-7/logs/drive.mcap")
+        assert stored["ETag"].strip('"').endswith("-3"), "three parts"
+        downloaded = lake.download_object("ingest-7", "logs/drive.mcap", tmp_path / "back.mcap")
+        assert downloaded == written
+        assert (tmp_path / "back.mcap").read_bytes() == data
+        with pytest.raises(NotFoundError):
+            lake.upload_file("no-such-branch", "logs/drive.mcap", source)
+    assert {(m, p) for m, p, _ in api.requests} == {
+        ("GET", f"{repo}/commits/ingest-7"),
+        ("GET", f"{repo}/commits/no-such-branch"),
+        ("GET", f"{repo}/refs/ingest-7/objects/stat"),
+    }, "bytes never went through the API"
+    pending = _raw(moto_url).list_multipart_uploads(Bucket="drive-data").get("Uploads", [])
+    assert pending == []
