@@ -11,10 +11,10 @@ the batch record beside them; the publish step merges all of it into ``main`` at
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -30,7 +30,8 @@ from .index_records import ingest_index_record, read_pull_notice
 from .partitions import BatchRef, LogLocation
 from .pulls import answered
 from .quarantine import quarantine_key, quarantine_record
-from .tables import frames_table, scene_index_table, trigger_rule_names
+from .streaming import StreamingSettings, file_sha256
+from .tables import scene_index_table, trigger_rule_names, write_frames_parquet
 from .verdicts import ACCEPTED, ALREADY_INGESTED, DUPLICATE, NOTICE, QUARANTINED
 
 CONTENT_PREFIX = "ingest/content/"
@@ -124,12 +125,25 @@ class LogOutcome:
 
 
 def ingest_log(job: LogJob) -> LogOutcome:
-    """Validate, anonymize and index one log (runs in a worker; see :func:`ingest_batch`)."""
+    """Validate, anonymize and index one log (runs in a worker; see :func:`ingest_batch`).
+
+    The log streams through the worker: downloaded to a scratch file (never read whole),
+    validated with payloads left in the file, anonymized and written to the frames Parquet
+    one row group at a time, and uploaded from the scratch file, so a worker's memory does not
+    grow with the log's length (``benchmarks/large_log.py`` measures it).
+    """
+    settings = StreamingSettings.load()
+    with settings.scratch() as scratch:
+        return _ingest_log(job, Path(scratch), settings)
+
+
+def _ingest_log(job: LogJob, scratch: Path, settings: StreamingSettings) -> LogOutcome:
     lake: VersionedLake = worker_state()["lake"]
     location = LogLocation(job.batch.branch, job.key)
-    data = lake.get_object(job.batch.commit, job.key)
-    sha256 = hashlib.sha256(data).hexdigest()
-    outcome = LogOutcome(location, job.batch.commit, sha256, len(data), ACCEPTED)
+    raw_path = scratch / "upload"
+    lake.download_object(job.batch.commit, job.key, raw_path)
+    sha256 = file_sha256(raw_path)
+    outcome = LogOutcome(location, job.batch.commit, sha256, raw_path.stat().st_size, ACCEPTED)
     earlier = lake.get_json_or_none(job.main_ref, content_key(sha256))
     if earlier is not None and not (
         job.revalidate_quarantined and earlier.get("verdict") == QUARANTINED
@@ -139,10 +153,11 @@ def ingest_log(job: LogJob) -> LogOutcome:
         outcome.duplicate_of = f"{earlier.get('source_branch')}/{earlier.get('log_key')}"
         return outcome
     if job.key.endswith(INDEX_RECORD_SUFFIX):
+        data = raw_path.read_bytes()  # a JSON record of a segment a car keeps: kilobytes
         return ingest_index_record(outcome, data, worker_state()["anonymization_key"])
     if job.key.endswith(PULL_NOTICE_SUFFIX):
-        return read_pull_notice(outcome, data)
-    report = validate_drive_log(data)
+        return read_pull_notice(outcome, raw_path.read_bytes())
+    report = validate_drive_log(raw_path, streaming=True)
     outcome.frames = int(report.frame_count)
     outcome.duration_s = float(report.duration_s)
     outcome.frame_rate_hz = float(report.frame_rate_hz or 0.0)
@@ -151,16 +166,17 @@ def ingest_log(job: LogJob) -> LogOutcome:
         outcome.reasons = [(reason.code, reason.message) for reason in report.reasons]
         return outcome
     anonymous = anonymize_log(report.log, worker_state()["anonymization_key"])
-    table = frames_table(anonymous)
+    frames_path = scratch / "frames.parquet"
+    signals = write_frames_parquet(anonymous, frames_path, settings.frames_per_row_group)
     outcome.frames_object = frames_object_key(job.batch, location)
-    outcome.frames_checksum = lake.put_object(
-        job.run_branch, outcome.frames_object, parquet_bytes(table)
+    outcome.frames_checksum = lake.upload_file(
+        job.run_branch, outcome.frames_object, frames_path
     ).checksum
     tags = {k: v for k, v in report.metadata.items() if k != "vin"}
     tags["vehicle_pseudonym"] = anonymous.metadata["vehicle_pseudonym"]
     tags["calibration_sha256"] = report.calibration_sha256
     outcome.index = scene_index_table(
-        table,
+        signals,
         tags=tags,
         events=[(event.timestamp_ns, event.rule) for event in anonymous.events],
         rule_names=trigger_rule_names(),

@@ -1,21 +1,25 @@
 """Blocking audits that stand between ingestion's writes and the publish to ``main``."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pandas as pd
+import pyarrow.parquet as pq
 
 from aiinfra_pipelines.lake.audits import record_audit
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import read_ref, root_run_id_of
 from aiinfra_pipelines.logs.anonymize import find_pii_leaks
+from aiinfra_pipelines.logs.lazy_frames import signal_frames
 from aiinfra_pipelines.logs.reader import read_drive_log
 from aiinfra_pipelines.parallel import PoolSettings, map_in_pool, worker_state
 
 from .assets import audited_object_key
 from .expectations import run_suite, suite_names
 from .partitions import ingest_batch_partitions
+from .streaming import StreamingSettings
 
 LEAKS_LISTED = 10
 
@@ -37,10 +41,18 @@ def pii_leaks_of_log(job: PiiJob) -> list[str]:
     stored = lake.stat_object(job.frames_ref, job.frames_object).checksum
     if stored != job.checksum:  # audit what the manifest names, nothing else
         return [f"{job.frames_object} changed after ingestion (checksum {stored[:12]})"]
-    raw = read_drive_log(lake.get_object(job.raw_commit, job.raw_key))
-    table = lake.get_parquet(job.frames_ref, job.frames_object)
-    coordinates = {(frame.latitude, frame.longitude) for frame in raw.frames}
-    leaks = find_pii_leaks(table, {raw.metadata["vin"]}, coordinates)
+    settings = StreamingSettings.load()
+    with settings.scratch() as scratch:  # both files streamed, neither read whole
+        raw_path, frames_path = Path(scratch, "raw"), Path(scratch, "frames.parquet")
+        lake.download_object(job.raw_commit, job.raw_key, raw_path)
+        lake.download_object(job.frames_ref, job.frames_object, frames_path)
+        raw = read_drive_log(raw_path, streaming=True)
+        coordinates = {(f.latitude, f.longitude) for f in signal_frames(raw.frames)}
+        leaks: dict[str, None] = {}  # in order found, each once across row groups
+        frames = pq.ParquetFile(frames_path)
+        for group in range(frames.num_row_groups):
+            table = frames.read_row_group(group).to_pandas()
+            leaks.update(dict.fromkeys(find_pii_leaks(table, {raw.metadata["vin"]}, coordinates)))
     return [f"{job.raw_key}: {leak}" for leak in leaks]
 
 

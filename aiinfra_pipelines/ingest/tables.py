@@ -10,10 +10,13 @@ whole fleet's data by lighting × weather × road type stays cheap.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from aiinfra_pipelines.config import load_resource_yaml
 from aiinfra_pipelines.logs.model import DriveLog, Frame
@@ -37,6 +40,8 @@ INDEX_TAGS: tuple[str, ...] = (
     # "<version>+<detector>+..." of the car's anonymizer (vehicle.anonymizer); "" if none.
     "anonymizer_version",
 )
+# The frames table's per-frame sensor payloads (bytes): megabytes a frame, never in the index.
+PAYLOAD_COLUMNS: tuple[str, ...] = ("image", "rear_image", "lidar_points")
 SIGNAL_COLUMNS: tuple[str, ...] = (
     "speed_mps",
     "accel_mps2",
@@ -87,48 +92,91 @@ def _rear_columns(frame: Frame) -> dict[str, object]:
     }
 
 
+def _frame_row(log_id: str, pseudonym: str, index: int, frame: Frame) -> dict[str, object]:
+    image = np.ascontiguousarray(frame.image, dtype=np.uint8)
+    return {
+        "log_id": log_id,
+        "frame_index": index,
+        "timestamp_ns": frame.timestamp_ns,
+        "vehicle_pseudonym": pseudonym,
+        "latitude": frame.latitude,
+        "longitude": frame.longitude,
+        "heading": frame.heading,
+        "speed_mps": frame.speed_mps,
+        "accel_mps2": frame.accel_mps2,
+        "steering_rad": frame.steering_rad,
+        "brake": frame.brake,
+        "lane_index": frame.lane_index,
+        "lane_count": frame.lane_count,
+        "ground_truth": json.dumps(
+            [
+                {
+                    "vehicle_id": other.vehicle_id,
+                    "x": other.x,
+                    "y": other.y,
+                    "vx": other.vx,
+                    "vy": other.vy,
+                    "lane_offset": other.lane_offset,
+                }
+                for other in frame.others
+            ]
+        ),
+        "image_height": image.shape[0],
+        "image_width": image.shape[1],
+        "image_encoding": "rgb8",
+        "image": image.tobytes(),
+        **_rear_columns(frame),
+    }
+
+
 def frames_table(log: DriveLog) -> pd.DataFrame:
     """One row per frame of an anonymized log: pixels, signals, coarse GPS, relative truth."""
     pseudonym = log.metadata["vehicle_pseudonym"]
-    rows = []
-    for index, frame in enumerate(log.frames):
-        image = np.ascontiguousarray(frame.image, dtype=np.uint8)
-        rows.append(
-            {
-                "log_id": log.log_id,
-                "frame_index": index,
-                "timestamp_ns": frame.timestamp_ns,
-                "vehicle_pseudonym": pseudonym,
-                "latitude": frame.latitude,
-                "longitude": frame.longitude,
-                "heading": frame.heading,
-                "speed_mps": frame.speed_mps,
-                "accel_mps2": frame.accel_mps2,
-                "steering_rad": frame.steering_rad,
-                "brake": frame.brake,
-                "lane_index": frame.lane_index,
-                "lane_count": frame.lane_count,
-                "ground_truth": json.dumps(
-                    [
-                        {
-                            "vehicle_id": other.vehicle_id,
-                            "x": other.x,
-                            "y": other.y,
-                            "vx": other.vx,
-                            "vy": other.vy,
-                            "lane_offset": other.lane_offset,
-                        }
-                        for other in frame.others
-                    ]
-                ),
-                "image_height": image.shape[0],
-                "image_width": image.shape[1],
-                "image_encoding": "rgb8",
-                "image": image.tobytes(),
-                **_rear_columns(frame),
-            }
-        )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(
+        [_frame_row(log.log_id, pseudonym, i, frame) for i, frame in enumerate(log.frames)]
+    )
+
+
+def write_frames_parquet(
+    log: DriveLog, path: str | os.PathLike[str], frames_per_row_group: int
+) -> pd.DataFrame:
+    """:func:`frames_table` written to ``path`` one row group at a time; returns the table
+    without its payload columns (what the scene index reads).
+
+    A lazy log (``logs.lazy_frames``) is decoded, anonymized and written ``frames_per_row_group``
+    frames at a time, so writing a 10-minute log holds one row group, not the log's pixels. The
+    file is the one ``frames_table`` would give (same columns, types and pandas metadata).
+    """
+    if frames_per_row_group < 1:
+        raise ValueError(f"frames_per_row_group must be at least 1, got {frames_per_row_group}")
+    pseudonym = log.metadata["vehicle_pseudonym"]
+    signals: list[pd.DataFrame] = []
+    writer: pq.ParquetWriter | None = None
+    window: list[dict[str, object]] = []
+
+    def flush() -> None:
+        nonlocal writer
+        frame = pd.DataFrame(window)
+        signals.append(frame.drop(columns=list(PAYLOAD_COLUMNS)))
+        if writer is None:
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            writer = pq.ParquetWriter(path, table.schema)
+        else:
+            table = pa.Table.from_pandas(frame, schema=writer.schema, preserve_index=False)
+        writer.write_table(table)
+        window.clear()
+
+    try:
+        for index, frame in enumerate(log.frames):
+            window.append(_frame_row(log.log_id, pseudonym, index, frame))
+            if len(window) == frames_per_row_group:
+                flush()
+        if window or writer is None:
+            flush()
+    finally:
+        if writer is not None:
+            writer.close()
+    return pd.concat(signals, ignore_index=True)
 
 
 def scene_index_table(
