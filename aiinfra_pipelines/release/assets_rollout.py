@@ -24,6 +24,7 @@ from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import root_run_id_of
+from aiinfra_pipelines.metadata_tables import markdown_table
 from aiinfra_pipelines.training.resources import MlflowTracking
 
 from .assets_certification import certified_engine
@@ -61,7 +62,7 @@ def _now() -> str:
 
 
 def _md(table: pd.DataFrame) -> dg.MetadataValue:
-    return dg.MetadataValue.md(table.to_markdown(index=False) if len(table) else "none")
+    return dg.MetadataValue.md(markdown_table(table) if len(table) else "none")
 
 
 def _refused(error: Exception) -> dg.Failure:
