@@ -10,14 +10,10 @@ from rich.table import Table
 
 from aiinfra_pipelines.ingest.pulls import pull_request_counts
 from aiinfra_pipelines.ingest.views import quarantine_view, raw_available, scene_index_view
-from aiinfra_pipelines.lake.layout import (
-    INGEST_BRANCH_PREFIX,
-    MAIN_BRANCH,
-    PRODUCTION_POINTER_KEY,
-)
+from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import RUN_BRANCH_PREFIX
-from aiinfra_pipelines.release.rollout_state import ROLLED_BACK, RolloutState
+from aiinfra_pipelines.release.release_state import production_line, rollout_rows
 from aiinfra_pipelines.release.rollout_store import list_states
 
 
@@ -39,36 +35,6 @@ def held_on_cars_line(lake: VersionedLake) -> str:
         f"held on cars (index only): {held['log_id'].nunique()} segment(s), {len(held)} "
         f"frame(s); pull requests: {by_status or 'none'}"
     )
-
-
-def production_line(lake: VersionedLake) -> str:
-    """Which release the fleet runs (``release/production.json`` on main)."""
-    pointer = lake.get_json_or_none(MAIN_BRANCH, PRODUCTION_POINTER_KEY)
-    if not pointer:
-        return "production: none released yet (the fleet drives its pre-release stack)"
-    engine = str(pointer.get("engine_sha256", ""))[:12]
-    return f"production: model version {pointer.get('version')} (engine {engine})"
-
-
-def rollout_rows(states: list[RolloutState]) -> list[dict[str, str]]:
-    """One row per release's rollout: stage, status, its last decision and the exposure it rested
-    on and still needs (rollbacks are failures: their status says so)."""
-    rows = []
-    for state in states:
-        decision = state.last_decision() or {}
-        needed = decision.get("exposure_needed_frames")
-        rows.append(
-            {
-                "version": state.model_version,
-                "status": "ROLLED BACK" if state.status == ROLLED_BACK else state.status,
-                "stage": f"{state.stage} ({state.cohort_percent:g} %)",
-                "decision": str(decision.get("action") or "-"),
-                "frames": str(decision.get("exposure_frames") or "-"),
-                "needed": "-" if needed is None else f"{needed:,}",
-                "reason": str(state.last_event.get("reason", ""))[:100],
-            }
-        )
-    return rows
 
 
 def render_release(lake: VersionedLake, console: Console) -> None:

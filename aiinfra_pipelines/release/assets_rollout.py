@@ -24,13 +24,14 @@ from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import root_run_id_of
-from aiinfra_pipelines.metadata_tables import markdown_table
+from aiinfra_pipelines.metadata_tables import markdown_table, table_metadata
 from aiinfra_pipelines.training.resources import MlflowTracking
 
 from .assets_certification import certified_engine
 from .certificate import latest_candidate, verify_certificate
 from .keys import ReleaseKeys
 from .registry import ModelRegistry
+from .release_state import RELEASE_STATE_COLUMNS, production_line, rollout_rows
 from .rollout_decision import Decision
 from .rollout_settings import RolloutSettings
 from .rollout_state import ROLLED_BACK
@@ -43,6 +44,7 @@ from .rollout_step import (
     publish_step,
     reconcile_registry,
 )
+from .rollout_store import list_states
 from .shadow import shadow_report_key
 from .shadow_run import (
     ShadowComparison,
@@ -200,10 +202,15 @@ def tests_table(decision: Decision) -> pd.DataFrame:
 
 
 def rollout_metadata(
-    step: RolloutStep, registry_tags: dict[str, str], commit: str
+    step: RolloutStep,
+    registry_tags: dict[str, str],
+    commit: str,
+    release_state: tuple[str, list[dict[str, str]]] = ("", []),
 ) -> dict[str, Any]:
-    """The ``rollout`` materialization: the decision, its evidence, and where things stand."""
+    """The ``rollout`` materialization: the decision, its evidence, and where things stand
+    (``release_state``: the production line and every rollout's row, as ``aiinfra status``)."""
     new, decision = step.after, step.decision
+    production, rows = release_state
     breaches = pd.DataFrame([b.as_dict() for b in decision.breaches])
     return {
         "model_version": step.model_version,
@@ -226,6 +233,9 @@ def rollout_metadata(
         "superseded": step.superseded.model_version if step.superseded else "",
         "registry_tags": dg.MetadataValue.json(registry_tags),
         "main_commit": commit,
+        # Where the whole release stands, kept current by every rollout step.
+        "production": production,
+        "release_state": table_metadata(rows, columns=RELEASE_STATE_COLUMNS),
     }
 
 
@@ -296,6 +306,7 @@ def rollout(
         reconcile_registry(registry, step.superseded)
     if step.decision.action == "rollback":
         context.log.error(f"rolled back model version {step.model_version}: {step.decision.reason}")
+    state = (production_line(lake, commit), rollout_rows(list_states(lake, commit)))
     return dg.MaterializeResult(
-        metadata=rollout_metadata(step, tags, commit), check_results=[rollout_health(step)]
+        metadata=rollout_metadata(step, tags, commit, state), check_results=[rollout_health(step)]
     )

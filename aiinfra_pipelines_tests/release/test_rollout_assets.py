@@ -188,6 +188,10 @@ def test_a_bad_candidate_at_canary_is_rolled_back_by_its_telemetry(world):
     render_status(lake, console)
     shown = console.export_text()
     assert "production: model version 1" in shown and "ROLLED BACK" in shown
+    # The same view in the asset's metadata, kept current by every rollout step.
+    assert back["production"].startswith("production: model version 1")
+    (row,) = [record.data for record in back["release_state"].records]
+    assert (row["version"], row["status"], row["decision"]) == ("2", "ROLLED BACK", "rollback")
     assert (back["action"], back["status"], back["cohort_percent"]) == (
         "rollback",
         "rolled_back",
