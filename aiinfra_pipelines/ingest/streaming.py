@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiinfra_pipelines.config import settings_section
+from aiinfra_pipelines.lake.files import read_blocks
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,10 @@ class StreamingSettings:
         return tempfile.TemporaryDirectory(prefix="ingest-", dir=self.scratch_dir or None)
 
 
-_HASH_BLOCK = 1 << 20
-
-
 def file_sha256(path: Path) -> str:
+    """SHA-256 of a scratch file, read in the lake's transfer blocks (never whole)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while block := handle.read(_HASH_BLOCK):
+        for block in read_blocks(handle):
             digest.update(block)
     return digest.hexdigest()

@@ -15,7 +15,6 @@ chunk is inflated about once per pass.
 
 from __future__ import annotations
 
-import io
 import os
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -144,8 +143,3 @@ class DeferredMessage:
     @property
     def size(self) -> int:
         return self._where[2]
-
-
-def in_memory(data: bytes | bytearray | memoryview) -> BinaryIO:
-    """A stream over bytes the caller handed in, for a store that reads them back."""
-    return io.BytesIO(bytes(data))
