@@ -157,14 +157,23 @@ def _overlays_relax_no_gate() -> None:
 
 
 def _kill_the_daemon_while_training(home: Path, demo: subprocess.Popen) -> int:
-    """Wait for the training run to start, then SIGKILL the daemon; returns the killed pid."""
+    """Wait for the training run to start, then SIGKILL the daemon; returns the killed pid.
+
+    The instance is opened only once the demo has started its daemon, i.e. after the demo
+    created the instance's sqlite storages: two processes creating them at once both stamp
+    the schema's version, and every later open fails on "more than one head".
+    """
     pid_file = home / "demo" / "daemon.pid"
     deadline = time.monotonic() + TIMEOUT_S
+    instance = None
     while time.monotonic() < deadline:
         assert demo.poll() is None, "the demo ended before its training run started"
-        instance = dg.DagsterInstance.from_config(str(home))
+        if not pid_file.is_file():
+            time.sleep(1.0)
+            continue
+        instance = instance or dg.DagsterInstance.from_config(str(home))
         runs = instance.get_runs(filters=dg.RunsFilter(job_name="training_cycle"), limit=1)
-        if runs and runs[0].status == dg.DagsterRunStatus.STARTED and pid_file.is_file():
+        if runs and runs[0].status == dg.DagsterRunStatus.STARTED:
             pid = int(pid_file.read_text())
             os.kill(pid, signal.SIGKILL)
             return pid
