@@ -50,3 +50,26 @@ def table_metadata(
         ],
         schema=dg.TableSchema(columns=schema),
     )
+
+
+# Characters that change what Markdown shows inside a table cell. "_" is left alone: within a
+# word (metric names) CommonMark never reads it as emphasis, and escaping it would garble them.
+_MARKDOWN_SPECIALS = str.maketrans({c: f"\\{c}" for c in "\\`*[]|<>"})
+
+
+def escape_markdown(text: str) -> str:
+    """``text`` shown literally in Markdown: a slice named ``day/*/*`` is not emphasis."""
+    return text.translate(_MARKDOWN_SPECIALS)
+
+
+def markdown_table(table: Any, *, index: bool = False) -> str:
+    """A DataFrame as a Markdown table whose text cells and headers show literally (slice names
+    and glob patterns keep their ``*``); numbers are left as they are."""
+    shown = table.copy()
+    shown.columns = [escape_markdown(str(c)) for c in shown.columns]
+    for column in shown.columns:
+        if shown[column].dtype == object:
+            shown[column] = [escape_markdown(v) if isinstance(v, str) else v for v in shown[column]]
+    if index:
+        shown.index = [escape_markdown(str(i)) for i in shown.index]
+    return shown.to_markdown(index=index)

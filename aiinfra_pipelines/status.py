@@ -1,9 +1,11 @@
-"""What an operator wants to see at a glance: the lake's branches, published data, quarantine."""
+"""What an operator wants to see at a glance: the lake's branches, what is in production and
+how each rollout stands, published data, quarantine."""
 
 from __future__ import annotations
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from aiinfra_pipelines.ingest.pulls import pull_request_counts
@@ -11,6 +13,8 @@ from aiinfra_pipelines.ingest.views import quarantine_view, raw_available, scene
 from aiinfra_pipelines.lake.layout import INGEST_BRANCH_PREFIX, MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import RUN_BRANCH_PREFIX
+from aiinfra_pipelines.release.release_state import production_line, rollout_rows
+from aiinfra_pipelines.release.rollout_store import list_states
 
 
 def frames_by_slice(index: pd.DataFrame) -> pd.DataFrame:
@@ -33,6 +37,19 @@ def held_on_cars_line(lake: VersionedLake) -> str:
     )
 
 
+def render_release(lake: VersionedLake, console: Console) -> None:
+    console.print(production_line(lake))
+    rows = rollout_rows(list_states(lake))
+    if not rows:
+        console.print("rollouts: none")
+        return
+    table = Table(*rows[0], title="rollouts (newest last)")
+    for row in rows:
+        style = "bold red" if row["status"] == "ROLLED BACK" else None
+        table.add_row(*(escape(value) for value in row.values()), style=style)
+    console.print(table)
+
+
 def render_status(lake: VersionedLake, console: Console) -> None:
     branches = lake.list_branches()
     ingest = [b for b in branches if b.name.startswith(INGEST_BRANCH_PREFIX)]
@@ -43,10 +60,11 @@ def render_status(lake: VersionedLake, console: Console) -> None:
         f"({len(main_commits)} commits), {len(ingest)} ingest branch(es), "
         f"{len(runs)} unpublished run branch(es)"
     )
+    render_release(lake, console)
     index = scene_index_view(lake)
     table = Table("slice", "logs", "frames", title="published scene index")
     for row in frames_by_slice(index).itertuples():
-        table.add_row(row.slice, str(row.logs), str(row.frames))
+        table.add_row(escape(row.slice), str(row.logs), str(row.frames))
     console.print(table)
     console.print(held_on_cars_line(lake))
     quarantine = quarantine_view(lake)

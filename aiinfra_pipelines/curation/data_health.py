@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from aiinfra_pipelines.lake.port import VersionedLake
+from aiinfra_pipelines.metadata_tables import markdown_table
 from aiinfra_pipelines.perception.contract import LANES, decode_images
 
 from .perceptual_hash import grey_thumbnails, near_pairs, phash
@@ -145,6 +146,6 @@ def markdown(table: pd.DataFrame, max_rows: int) -> str:
     """The first ``max_rows`` rows as a markdown table for the UI (``none`` when empty)."""
     if table.empty:
         return "none"
-    shown = table.head(max_rows).to_markdown(index=False)
+    shown = markdown_table(table.head(max_rows))
     more = len(table) - max_rows
     return shown + (f"\n\n… and {more} more" if more > 0 else "")

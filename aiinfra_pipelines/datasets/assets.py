@@ -18,6 +18,7 @@ from aiinfra_pipelines.lake.layout import (
 )
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import publish_objects, root_run_id_of
+from aiinfra_pipelines.metadata_tables import markdown_table
 from aiinfra_pipelines.mining.assets import auto_labels, mined_badcases
 
 from .benchmark import benchmark_log_ids
@@ -166,7 +167,7 @@ def training_dataset(
             ),
             "logs": dg.MetadataValue.json(manifest["log_counts"]),
             "label_qc": dg.MetadataValue.json(manifest["label_qc"]),
-            "per_slice": dg.MetadataValue.md(counts.to_markdown(index=False)),
+            "per_slice": dg.MetadataValue.md(markdown_table(counts)),
             # Accepted badcases vs the label budget (datasets.yaml selection): all taken while
             # they fit; beyond it, what the budgeted selection chose per slice and why.
             "selection": dg.MetadataValue.json(selection),

@@ -22,16 +22,13 @@ from aiinfra_pipelines.release.rollout_store import read_current
 
 from .daemon import DaemonProcess
 from .fleet_cycle import drive_for_telemetry, fleet_assignment
+from .report import rollout_view
 from .waiting import Deadline, wait_for_telemetry, wait_until_quiet
 
 
 def _rollout_view(state: RolloutState | None) -> dict[str, Any]:
     """What the closing drive reports of the current rollout (``None`` values: none yet)."""
-    return {
-        "model_version": state.model_version if state else None,
-        "stage": state.stage if state else None,
-        "status": state.status if state else None,
-    }
+    return {"model_version": state.model_version if state else None, **rollout_view(state)}
 
 
 def closing_drive(
@@ -98,6 +95,6 @@ def closing_drive(
     return {
         **totals,
         "model_version": view["model_version"],
-        "rollout": {"stage": view["stage"], "status": view["status"]},
+        "rollout": {key: value for key, value in view.items() if key != "model_version"},
         "decision": {"event": last.get("event"), "reason": last.get("reason")},
     }

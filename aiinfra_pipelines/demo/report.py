@@ -32,6 +32,7 @@ from aiinfra_pipelines.operations.cost_ledger import (
     run_step_costs,
 )
 from aiinfra_pipelines.operations.storage_use import storage_use
+from aiinfra_pipelines.release.rollout_state import RolloutState
 from aiinfra_pipelines.release.rollout_store import read_state
 
 from .fleet_cycle import FleetUpload
@@ -213,10 +214,7 @@ def cycle_record(
         "benchmark": benchmark_figures(_offline_eval(lake, training[0] if training else None)),
         "simulation": simulation_figures(lake, version),
         "certified": certified,
-        "rollout": {
-            "stage": rollout.stage if rollout else None,
-            "status": rollout.status if rollout else None,
-        },
+        "rollout": rollout_view(rollout),
         # Every release's rollout as this cycle left it: an earlier cycle's candidate moves on
         # (past its canary) on the telemetry this cycle's fleet drove.
         "rollouts": release_stages(lake, version),
@@ -232,6 +230,19 @@ def cycle_record(
         # The seed's "how much of what we store is ever used in training", after this cycle.
         "storage": storage_use(lake),
         "cycle_s": round(cycle_s, 1),
+    }
+
+
+def rollout_view(state: RolloutState | None) -> dict[str, Any]:
+    """A rollout's stage and status, and its last decision with the exposure it rested on and
+    the exposure its sequential tests still need (``None`` where nothing was judged yet)."""
+    last = state.last_decision() if state else None
+    return {
+        "stage": state.stage if state else None,
+        "status": state.status if state else None,
+        "decision": None if last is None else last.get("action"),
+        "exposure_frames": None if last is None else last.get("exposure_frames"),
+        "exposure_needed_frames": None if last is None else last.get("exposure_needed_frames"),
     }
 
 

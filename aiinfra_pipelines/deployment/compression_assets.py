@@ -13,6 +13,7 @@ import dagster as dg
 from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import publish_objects, root_run_id_of
+from aiinfra_pipelines.metadata_tables import markdown_table
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.training.identity import CandidateIdentity
 from aiinfra_pipelines.training.resources import MlflowTracking
@@ -120,12 +121,12 @@ def compression_report_asset(
         {"model_version": str(version)},
     )
     table = variants_table(report)
-    _log_to_mlflow(uri, candidate.mlflow_run_id, report, table.to_markdown(index=False))
+    _log_to_mlflow(uri, candidate.mlflow_run_id, report, markdown_table(table))
     context.add_output_metadata(
         {
             "model_version": str(version),
             "choice": str(report["choice"]),
-            "variants": dg.MetadataValue.md(table.to_markdown(index=False)),
+            "variants": dg.MetadataValue.md(markdown_table(table)),
             "lake_key": key,
         }
     )

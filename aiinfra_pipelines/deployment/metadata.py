@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import pandas as pd
 
+from aiinfra_pipelines.metadata_tables import markdown_table
+
 if TYPE_CHECKING:
     from .fallback import MixedPrecisionPlan
     from .quantized import QuantizedCandidate
@@ -34,12 +36,12 @@ def fallback_steps_markdown(plan: MixedPrecisionPlan) -> str:
             for step in plan.steps
         ]
     )
-    return steps.to_markdown(index=False)
+    return markdown_table(steps)
 
 
 def sensitivity_markdown(plan: MixedPrecisionPlan) -> str:
     """The per-node quantization sensitivity ranking the fallback loop worked from."""
-    return pd.DataFrame([entry.to_dict() for entry in plan.sensitivity]).to_markdown(index=False)
+    return markdown_table(pd.DataFrame([entry.to_dict() for entry in plan.sensitivity]))
 
 
 def quantized_metadata(candidate: QuantizedCandidate) -> dict[str, Any]:
@@ -76,7 +78,7 @@ def layerwise_markdown(report: Mapping[str, Any]) -> dict[str, str]:
             ["tensor", "op_type", "sqnr_db", "max_abs_error", "cosine"]
         ]
         .round(4)
-        .to_markdown(index=False)
+        .pipe(markdown_table)
         for precision, entry in report["layerwise"].items()
     }
 
@@ -121,7 +123,7 @@ def latency_markdown(report: Mapping[str, Any]) -> str:
             for precision, stats in report["engines"].items()
         ]
     )
-    return table.to_markdown(index=False)
+    return markdown_table(table)
 
 
 def benchmark_metadata(report: Mapping[str, Any], target: str, report_key: str) -> dict[str, Any]:

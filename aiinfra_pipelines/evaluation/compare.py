@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from aiinfra_pipelines.metadata_tables import escape_markdown
 from aiinfra_pipelines.statistics.multiplicity import holm_level, holm_rejections
 
 from .frame_scores import HIGHER_IS_BETTER, PairedFrames
@@ -81,8 +82,8 @@ class Comparison:
         """A report for Dagster metadata: verdict, failures, notes, one row per slice."""
         verdict = "PASSED" if self.passed else "FAILED"
         lines = [f"**Offline gate: {verdict}**", ""]
-        lines += [f"- FAIL {failure}" for failure in self.failures]
-        lines += [f"- note: {note}" for note in self.notes]
+        lines += [f"- FAIL {escape_markdown(failure)}" for failure in self.failures]
+        lines += [f"- note: {escape_markdown(note)}" for note in self.notes]
         if self.failures or self.notes:
             lines.append("")
         metrics = list(dict.fromkeys(self.table["metric"])) if len(self.table) else []
@@ -92,7 +93,7 @@ class Comparison:
         lines.append("|" + "---|" * len(header))
         for slice_, group in self.table.groupby("slice", sort=False):
             by_metric = {r.metric: r for r in group.itertuples(index=False)}
-            cells = [str(slice_), str(int(group["frames"].iloc[0]))]
+            cells = [escape_markdown(str(slice_)), str(int(group["frames"].iloc[0]))]
             for metric in metrics:
                 r = by_metric.get(metric)
                 cells.append(

@@ -176,7 +176,16 @@ def offline_eval_metadata(evaluation: OfflineEvaluation, trend_md: str) -> dict[
     """``offline_eval``'s metadata: verdict, comparison, baselines and the slice trend."""
     reference = evaluation.reference
     baseline_overall = evaluation.baseline[evaluation.baseline["slice"] == "overall"].iloc[0]
+    overall = evaluation.candidate[evaluation.candidate["slice"] == "overall"]
+    # The candidate's headline figures as numbers (the UI plots numeric metadata across
+    # materializations; inside the comparison's Markdown they could only be read).
+    headline = (
+        {f"candidate_{m}": float(overall.iloc[0][m]) for m in PLOTTED_METRICS}
+        if len(overall)
+        else {}
+    )
     return {
+        **headline,
         "passed": evaluation.comparison.passed,
         "failures": dg.MetadataValue.json(evaluation.comparison.failures),
         "benchmark_version": evaluation.benchmark_version,

@@ -24,6 +24,7 @@ from aiinfra_pipelines.lake.io_manager import asset_object_base
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import read_ref, root_run_id_of
 from aiinfra_pipelines.lake.publish_asset import build_publish_asset
+from aiinfra_pipelines.metadata_tables import markdown_table
 from aiinfra_pipelines.perception.contract import EMBEDDING_OUTPUT, perception_spec
 from aiinfra_pipelines.perception.deployed import load_deployed_engine
 from aiinfra_pipelines.perception.labels import ground_truth_labels
@@ -102,9 +103,7 @@ def auto_labels(
             "frames": len(labels),
             "held_back": int(labels["held_back"].sum()),
             "held_back_frames": dg.MetadataValue.md(
-                held_back.head(HELD_BACK_LISTED).to_markdown(index=False)
-                if len(held_back)
-                else "none"
+                markdown_table(held_back.head(HELD_BACK_LISTED)) if len(held_back) else "none"
             ),
             "mean_agreement": float(labels["agreement"].mean()) if len(labels) else 0.0,
             "qc": dg.MetadataValue.json(summary),

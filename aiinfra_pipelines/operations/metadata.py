@@ -12,6 +12,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
+from aiinfra_pipelines.metadata_tables import markdown_table as literal_markdown
 from aiinfra_pipelines.metadata_tables import table_metadata
 from aiinfra_pipelines.release.shadow import shadow_agreement
 
@@ -24,7 +25,7 @@ QUARANTINE_COLUMNS = ["source_key", "record_index", "reason_codes", "reasons"]
 def markdown_table(table: pd.DataFrame, limit: int | None = None) -> dg.MetadataValue:
     """A DataFrame (its first ``limit`` rows) as markdown; ``none`` when empty."""
     shown = table if limit is None else table.head(limit)
-    return dg.MetadataValue.md(shown.to_markdown(index=False) if len(shown) else "none")
+    return dg.MetadataValue.md(literal_markdown(shown) if len(shown) else "none")
 
 
 def telemetry_metadata(

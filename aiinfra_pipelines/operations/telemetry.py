@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from aiinfra_pipelines.config import settings_section
+from aiinfra_pipelines.fleet.safety_events import CollisionRules, episode_safety_events
 
 from .outbox_telemetry import outbox_fields
 from .telemetry_schema import (
@@ -38,8 +39,6 @@ class TelemetrySettings:
     upload_prefix: str
     confidence_bins: int
     cohorts: tuple[str, ...]
-    near_miss_ttc_s: float
-    near_miss_gap_m: float
     max_frames: int
     max_latency_ms: float
     quarantine_listed: int
@@ -52,8 +51,6 @@ class TelemetrySettings:
             upload_prefix=section.str("upload_prefix"),
             confidence_bins=section.int("confidence_bins"),
             cohorts=tuple(str(c) for c in section.list("cohorts")),
-            near_miss_ttc_s=section.float("near_miss_ttc_s"),
-            near_miss_gap_m=section.float("near_miss_gap_m"),
             max_frames=limits.int("max_frames"),
             max_latency_ms=limits.float("max_latency_ms"),
             quarantine_listed=section.int("quarantine_listed"),
@@ -88,6 +85,7 @@ def telemetry_record(
     near_misses: int = 0,
     collisions: int = 0,
     hard_brakes: int = 0,
+    at_fault_collisions: int | None = None,
     shadow: tuple[str, int, int] | None = None,
     degradation: Mapping[str, Any] | None = None,
     outbox: Mapping[str, Any] | None = None,
@@ -122,6 +120,11 @@ def telemetry_record(
         "near_misses": int(near_misses),
         "collisions": int(collisions),
         "hard_brakes": int(hard_brakes),
+        # Of the collisions, those ego caused (fleet.safety_events); a car that cannot tell
+        # reports every collision as at fault.
+        "at_fault_collisions": int(
+            collisions if at_fault_collisions is None else at_fault_collisions
+        ),
         **_optional_fields(shadow, degradation, outbox),
     }
 
@@ -180,19 +183,18 @@ def record_from_episode(
     record_id: str,
     outbox: Mapping[str, Any] | None = None,
     settings: TelemetrySettings | None = None,
+    rules: CollisionRules | None = None,
 ) -> dict[str, Any]:
     """A record from one closed-loop episode (``fleet.episode_metrics.EpisodeMetrics`` or its dict).
 
-    Latency is the per-step perception time; a near miss is an episode without collision whose
-    minimum TTC or bumper gap fell below the operations.yaml thresholds. Every degradation
-    transition goes with its offset from the episode's start and its cause.
+    Latency is the per-step perception time. Collisions, at-fault collisions and near misses
+    are classified by the simulation's own rules (``fleet.safety_events``): the canary and the
+    regression gate count the same events. Every degradation transition goes with its offset
+    from the episode's start and its cause.
     """
     settings = settings or TelemetrySettings.load()
     m = metrics.to_dict() if hasattr(metrics, "to_dict") else dict(metrics)
-    ttc, gap = m.get("min_ttc_s"), m.get("min_lead_gap_m")
-    near = (ttc is not None and ttc < settings.near_miss_ttc_s) or (
-        gap is not None and gap < settings.near_miss_gap_m
-    )
+    events = episode_safety_events(m, rules or CollisionRules.load())
     return telemetry_record(
         record_id=record_id,
         vin=vin,
@@ -204,8 +206,9 @@ def record_from_episode(
         latencies_ms=list(m.get("perception_ms") or []),
         confidences=list(m["confidence"]),
         fallback_counts=(int(m["fallback_steps"]), int(m["fallback_activations"])),
-        near_misses=int(near and not m["collision"]),
-        collisions=int(bool(m["collision"])),
+        near_misses=events["near_misses"],
+        collisions=events["collisions"],
+        at_fault_collisions=events["at_fault_collisions"],
         hard_brakes=int(m["hard_brakes"]),
         shadow=(
             (m["shadow_engine_sha256"], int(m["shadow_steps"]), int(m["shadow_agreements"]))

@@ -19,6 +19,7 @@ from aiinfra_pipelines.vehicle.degradation import ALLOWED_TRANSITIONS, TRANSITIO
 
 from .outbox_telemetry import outbox_problems
 from .telemetry_schema import (
+    AT_FAULT_FIELD,
     COUNT_FIELDS,
     DEGRADATION_COUNTS,
     LATENCY_FIELDS,
@@ -108,6 +109,15 @@ def _count_problems(record: Mapping[str, Any], frames: Any) -> Problems:
         for name in COUNT_FIELDS
         if name in record and (not _is_int(record[name]) or record[name] < 0)
     ]
+    at_fault = record.get(AT_FAULT_FIELD)
+    if AT_FAULT_FIELD in record and (not _is_int(at_fault) or at_fault < 0):
+        problems.append(("invalid_count", f"{AT_FAULT_FIELD} must be a non-negative integer"))
+    elif (
+        _is_int(at_fault)
+        and _is_int(collisions := record.get("collisions"))
+        and (at_fault > collisions)
+    ):
+        problems.append(("inconsistent_counts", f"{AT_FAULT_FIELD} exceeds collisions"))
     if frames is None or not _is_int(record.get("fallback_frames")):
         return problems
     if record["fallback_frames"] > frames:

@@ -25,6 +25,7 @@ from .outbox_telemetry import published_outbox
 from .telemetry import TelemetrySettings
 from .telemetry_checks import check_record
 from .telemetry_schema import (
+    AT_FAULT_FIELD,
     DEGRADATION_DEFAULTS,
     LATENCY_FIELDS,
     PUBLISHED_COLUMNS,
@@ -148,6 +149,7 @@ def _published_row(record: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     """A valid record as published: optional fields defaulted, VIN and raw id pseudonymized,
     the transitions as JSON text."""
     row = {name: record[name] for name in RECORD_FIELDS if name != "vin"}
+    row[AT_FAULT_FIELD] = record.get(AT_FAULT_FIELD, record["collisions"])
     row.update({name: record.get(name, default) for name, default in SHADOW_DEFAULTS.items()})
     row.update({name: record.get(name, default) for name, default in DEGRADATION_DEFAULTS.items()})
     row.update(published_outbox(record))

@@ -19,6 +19,8 @@ Landed record (JSON object or Parquet row)::
     fallback_frames      int   frames the planner spent in low-confidence fallback
     fallback_events      int   times it entered fallback
     near_misses, collisions, hard_brakes   int
+    at_fault_collisions  int   optional: of the collisions, those ego caused (fleet.safety_events,
+                               the simulation's rules); missing = every collision counts
     shadow_engine_sha256 str   optional: the engine run in shadow mode ("" = none)
     shadow_frames        int   optional: frames it perceived and planned on without acting
     shadow_agreements    int   optional: of those, frames whose shadow plan matched the driven one
@@ -68,6 +70,9 @@ DEGRADATION_DEFAULTS: dict[str, Any] = {
     "engine_errors": 0,
     "degradation_transitions": [],
 }
+# Of the collisions, those the car's classification puts on ego (fleet.safety_events). An
+# older agent that does not send it has every collision counted at fault (the cautious reading).
+AT_FAULT_FIELD = "at_fault_collisions"
 TRANSITION_FIELDS = ("offset_s", "from_state", "to_state", "cause", "detail")
 DEGRADATION_COUNTS = ("degraded_frames", "minimal_risk_frames", "engine_errors")
 PUBLISHED_COLUMNS = (
@@ -82,6 +87,7 @@ PUBLISHED_COLUMNS = (
     *LATENCY_FIELDS,
     "confidence_histogram",
     *COUNT_FIELDS,
+    AT_FAULT_FIELD,
     *SHADOW_DEFAULTS,
     *DEGRADATION_DEFAULTS,
     *OUTBOX_DEFAULTS,

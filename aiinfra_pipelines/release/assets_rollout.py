@@ -24,14 +24,17 @@ from aiinfra_pipelines.lake.encoding import json_document
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH
 from aiinfra_pipelines.lake.port import VersionedLake
 from aiinfra_pipelines.lake.publish import root_run_id_of
+from aiinfra_pipelines.metadata_tables import markdown_table, table_metadata
 from aiinfra_pipelines.training.resources import MlflowTracking
 
 from .assets_certification import certified_engine
 from .certificate import latest_candidate, verify_certificate
 from .keys import ReleaseKeys
 from .registry import ModelRegistry
+from .release_state import RELEASE_STATE_COLUMNS, production_line, rollout_rows
 from .rollout_decision import Decision
 from .rollout_settings import RolloutSettings
+from .rollout_state import ROLLED_BACK
 from .rollout_step import (
     RolloutRefused,
     RolloutRequest,
@@ -41,6 +44,7 @@ from .rollout_step import (
     publish_step,
     reconcile_registry,
 )
+from .rollout_store import list_states
 from .shadow import shadow_report_key
 from .shadow_run import (
     ShadowComparison,
@@ -60,7 +64,7 @@ def _now() -> str:
 
 
 def _md(table: pd.DataFrame) -> dg.MetadataValue:
-    return dg.MetadataValue.md(table.to_markdown(index=False) if len(table) else "none")
+    return dg.MetadataValue.md(markdown_table(table) if len(table) else "none")
 
 
 def _refused(error: Exception) -> dg.Failure:
@@ -154,11 +158,59 @@ def cohort_table(decision: Decision) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def tests_table(decision: Decision) -> pd.DataFrame:
+    """One row per metric of the stage's sequential tests: counts or means, the estimate with
+    its bounds, the outcome, and the exposure still needed (events)."""
+    judgement = decision.judgement
+    if judgement is None:
+        return pd.DataFrame()
+    rows = []
+    for name, verdict in judgement.events.items():
+        low, high = verdict.ratio_interval
+        rows.append(
+            {
+                "metric": name,
+                "outcome": verdict.outcome,
+                "candidate": f"{verdict.candidate_events:g} / {verdict.candidate_exposure:g} fr",
+                "control": f"{verdict.control_events:g} / {verdict.control_exposure:g} fr",
+                "estimate": "n/a" if verdict.rate_ratio is None else f"{verdict.rate_ratio:.2f}x",
+                "ci95": f"{low:.2f}-{'inf' if high is None else f'{high:.2f}'}",
+                "e_harm": round(verdict.harm_e_value, 3),
+                "e_non_inferior": round(verdict.noninferiority_e_value, 3),
+                "frames_needed": ""
+                if verdict.exposure_needed is None
+                else round(verdict.exposure_needed),
+            }
+        )
+    for verdict in judgement.budgets.values():
+        rows.append(
+            {
+                "metric": verdict.metric,
+                "outcome": verdict.outcome,
+                "candidate": "" if verdict.candidate is None else f"{verdict.candidate:.4g}",
+                "control": "" if verdict.control is None else f"{verdict.control:.4g}",
+                "estimate": "" if verdict.worsening is None else f"{verdict.worsening:+.4g}",
+                "ci95": ""
+                if verdict.lower is None
+                else f"{verdict.lower:.4g}..{verdict.upper:.4g} (budget {verdict.budget:g})",
+                "e_harm": "",
+                "e_non_inferior": "",
+                "frames_needed": "",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def rollout_metadata(
-    step: RolloutStep, registry_tags: dict[str, str], commit: str
+    step: RolloutStep,
+    registry_tags: dict[str, str],
+    commit: str,
+    release_state: tuple[str, list[dict[str, str]]] = ("", []),
 ) -> dict[str, Any]:
-    """The ``rollout`` materialization: the decision, its evidence, and where things stand."""
+    """The ``rollout`` materialization: the decision, its evidence, and where things stand
+    (``release_state``: the production line and every rollout's row, as ``aiinfra status``)."""
     new, decision = step.after, step.decision
+    production, rows = release_state
     breaches = pd.DataFrame([b.as_dict() for b in decision.breaches])
     return {
         "model_version": step.model_version,
@@ -170,18 +222,54 @@ def rollout_metadata(
         "telemetry_commit": decision.telemetry_commit or "",
         "cohorts": _md(cohort_table(decision).round(4)),
         "breaches": _md(breaches),
+        # The stage's sequential tests, and its exposure as numbers the UI plots over time.
+        "tests": _md(tests_table(decision)),
+        "exposure_frames": int(decision.candidate.frames if decision.candidate else 0),
+        "exposure_needed_frames": int(
+            (decision.judgement.exposure_needed_frames or 0) if decision.judgement else 0
+        ),
         "approval": dg.MetadataValue.json(new.approval.to_json() if new.approval else None),
         "previous_production": str(new.previous_production),
         "superseded": step.superseded.model_version if step.superseded else "",
         "registry_tags": dg.MetadataValue.json(registry_tags),
         "main_commit": commit,
+        # Where the whole release stands, kept current by every rollout step.
+        "production": production,
+        "release_state": table_metadata(rows, columns=RELEASE_STATE_COLUMNS),
     }
+
+
+ROLLOUT_HEALTH_CHECK = "release_not_rolled_back"
+
+
+def rollout_health(step: RolloutStep) -> dg.AssetCheckResult:
+    """A rolled-back release is a failure where operators look for failures (a red check on the
+    asset), not a green materialization whose metadata happens to say ``rolled_back``."""
+    new = step.after
+    rolled_back = new.status == ROLLED_BACK
+    return dg.AssetCheckResult(
+        check_name=ROLLOUT_HEALTH_CHECK,
+        passed=not rolled_back,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "model_version": step.model_version,
+            "status": new.status,
+            "reason": str(new.last_event.get("reason", "")) if rolled_back else "",
+        },
+    )
 
 
 @dg.asset(
     group_name=GROUP,
     kinds={"lakefs", "mlflow"},
     deps=[shadow_report, dg.AssetKey("fleet_telemetry")],
+    check_specs=[
+        dg.AssetCheckSpec(
+            ROLLOUT_HEALTH_CHECK,
+            asset="rollout",
+            description="The release this step acted on is not rolled back (rollbacks are red).",
+        )
+    ],
 )
 def rollout(
     context: dg.AssetExecutionContext,
@@ -217,7 +305,8 @@ def rollout(
     if step.superseded is not None:
         reconcile_registry(registry, step.superseded)
     if step.decision.action == "rollback":
-        context.log.warning(
-            f"rolled back model version {step.model_version}: {step.decision.reason}"
-        )
-    return dg.MaterializeResult(metadata=rollout_metadata(step, tags, commit))
+        context.log.error(f"rolled back model version {step.model_version}: {step.decision.reason}")
+    state = (production_line(lake, commit), rollout_rows(list_states(lake, commit)))
+    return dg.MaterializeResult(
+        metadata=rollout_metadata(step, tags, commit, state), check_results=[rollout_health(step)]
+    )

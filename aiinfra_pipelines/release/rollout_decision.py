@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from .rollout_judgement import StageJudgement
 from .rollout_metrics import Breach, CohortMetrics, confidence_psi
 from .rollout_settings import RolloutSettings
 from .rollout_state import COMPLETED, IN_PROGRESS, ROLLED_BACK, RolloutState
@@ -30,6 +31,8 @@ class Decision:
     candidate: CohortMetrics | None = None
     control: CohortMetrics | None = None
     breaches: tuple[Breach, ...] = ()
+    # Every metric's sequential test on the stage's telemetry (None: nothing was judged).
+    judgement: StageJudgement | None = None
 
     @property
     def changed_state(self) -> bool:
@@ -49,6 +52,11 @@ class Decision:
             "control": self.control.as_dict() if self.control else None,
             "confidence_psi": psi_value,
             "breaches": [breach.as_dict() for breach in self.breaches],
+            "tests": None if self.judgement is None else self.judgement.as_dict(),
+            "exposure_frames": None if self.candidate is None else self.candidate.frames,
+            "exposure_needed_frames": (
+                None if self.judgement is None else self.judgement.exposure_needed_frames
+            ),
         }
 
 
@@ -59,10 +67,17 @@ class Evidence:
     telemetry_commit: str | None
     candidate: CohortMetrics
     control: CohortMetrics
+    judgement: StageJudgement | None = None
 
     def decide(self, action: Action, reason: str, breaches: tuple[Breach, ...] = ()) -> Decision:
         return Decision(
-            action, reason, self.telemetry_commit, self.candidate, self.control, breaches
+            action,
+            reason,
+            self.telemetry_commit,
+            self.candidate,
+            self.control,
+            breaches,
+            self.judgement,
         )
 
 

@@ -1,8 +1,9 @@
 """Stage evaluation: judge the current stage on the telemetry published since it began.
 
-A stage is judged only once both cohorts have their minimum sample; then every budget is
-checked and any breach rolls back, a healthy stage asks for approval or widens. The same
-telemetry commit is never decided on twice.
+Every publish updates the stage's sequential tests (:mod:`.rollout_judgement`): harm shown on
+any metric rolls back; non-inferiority shown on every metric makes the stage healthy (it asks
+for approval or widens); anything else keeps collecting and says how much more exposure a
+decision needs. The same telemetry commit is never decided on twice.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from dataclasses import replace
 import pandas as pd
 
 from .rollout_decision import Decision, Evidence, enter_stage, record_event, rolled_back
-from .rollout_metrics import CohortMetrics, compare_cohorts, split_cohorts
+from .rollout_judgement import StageJudgement, judge_stage
+from .rollout_metrics import CohortMetrics, cohort_metrics, cohort_records
 from .rollout_settings import RolloutSettings, Stage
 from .rollout_state import AWAITING_APPROVAL, RolloutState
 
@@ -40,7 +42,11 @@ def _short_samples(
 ) -> list[str]:
     """Every minimum sample the stage has not reached yet (empty: it can be judged)."""
     short = []
-    if stage is not None and candidate.frames < stage.min_candidate_frames:
+    if (
+        stage is not None
+        and stage.min_candidate_frames
+        and (candidate.frames < stage.min_candidate_frames)
+    ):
         short.append(
             f"candidate cohort has {candidate.frames} frames (needs {stage.min_candidate_frames})"
         )
@@ -91,6 +97,26 @@ def _healthy_stage(
     return record_event(new, event, at, run_id, reason=decision.reason, decision=decision), decision
 
 
+def _looks_in_stage(state: RolloutState) -> int:
+    """How many times the current stage has been judged before (its decisions since it began)."""
+    looks = 0
+    for entry in reversed(state.history):
+        if entry.get("event") == "stage_started":
+            break
+        if entry.get("decision"):
+            looks += 1
+    return looks
+
+
+def _past_cap(stage: Stage, judgement: StageJudgement) -> str:
+    if stage.exposure_cap_frames and judgement.candidate_frames >= stage.exposure_cap_frames:
+        return (
+            f"; past the stage's exposure cap of {stage.exposure_cap_frames:,} candidate frames "
+            "(gates.yaml exposure_cap_factor): the operator decides"
+        )
+    return ""
+
+
 def evaluate_stage(
     state: RolloutState,
     settings: RolloutSettings,
@@ -111,17 +137,26 @@ def evaluate_stage(
     if idle is not None:
         return state, idle
     new = replace(state, last_telemetry_commit=telemetry_commit)
-    evidence = Evidence(telemetry_commit, *split_cohorts(state, records))
+    candidate, control = cohort_records(state, records)
     stage = settings.stages[new.stage_index] if new.stage_index >= 0 else None
+    judgement = judge_stage(settings, candidate, control, _looks_in_stage(state) + 1)
+    evidence = Evidence(
+        telemetry_commit, cohort_metrics(candidate), cohort_metrics(control), judgement
+    )
     short = _short_samples(stage, settings, evidence.candidate, evidence.control)
     if short or stage is None:
         decision = evidence.decide("wait", "; ".join(short))
         return record_event(
             new, "waiting", at, run_id, reason=decision.reason, decision=decision
         ), (decision)
-    breaches = tuple(compare_cohorts(evidence.candidate, evidence.control, settings.budgets))
+    breaches = judgement.harms
     if breaches:
-        reason = "telemetry breach: " + "; ".join(b.message for b in breaches)
+        reason = "harm shown: " + "; ".join(b.message for b in breaches)
         decision = evidence.decide("rollback", reason, breaches)
         return rolled_back(new, decision, at, run_id), decision
+    if not judgement.non_inferior:
+        decision = evidence.decide("wait", judgement.summary() + _past_cap(stage, judgement))
+        return record_event(
+            new, "waiting", at, run_id, reason=decision.reason, decision=decision
+        ), (decision)
     return _healthy_stage(new, settings, stage, evidence, at, run_id)

@@ -6,7 +6,6 @@ so the numbers a stage decision rests on can be tested (and recomputed) on their
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,9 +34,22 @@ class CohortMetrics:
     latency_p95_ms: float
     confidence_mean: float
     confidence_histogram: list[int] = field(default_factory=list)
+    # Of the collisions, those ego caused (fleet.safety_events): the rollout's safety event.
+    at_fault_collisions: int = 0
+    at_fault_rate_per_1k_frames: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def event_counts(records: pd.DataFrame, column: str) -> pd.Series:
+    """Per-record counts of one safety event. Records from before the car classified fault
+    (no ``at_fault_collisions``) count every collision at fault: the cautious reading."""
+    if column == "at_fault_collisions":
+        if column not in records:
+            return records["collisions"]
+        return records[column].fillna(records["collisions"])
+    return records[column]
 
 
 def cohort_metrics(records: pd.DataFrame) -> CohortMetrics:
@@ -51,6 +63,7 @@ def cohort_metrics(records: pd.DataFrame) -> CohortMetrics:
         return CohortMetrics(0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, [])
     frames = int(records["frames"].sum())
     per_1k = 1000.0 / frames if frames else 0.0
+    at_fault_count = int(event_counts(records, "at_fault_collisions").sum())
     histogram = np.sum(
         np.stack([np.asarray(h, dtype=np.int64) for h in records["confidence_histogram"]]), axis=0
     )
@@ -75,6 +88,8 @@ def cohort_metrics(records: pd.DataFrame) -> CohortMetrics:
             float(np.sum(histogram * centres) / histogram.sum()) if histogram.sum() else 0.0
         ),
         confidence_histogram=[int(count) for count in histogram],
+        at_fault_collisions=at_fault_count,
+        at_fault_rate_per_1k_frames=float(at_fault_count * per_1k),
     )
 
 
@@ -91,15 +106,21 @@ def control_mask(state: RolloutState, engine_sha256: pd.Series) -> pd.Series:
     return engine_sha256 == state.production_engine_sha256
 
 
+def cohort_records(state: RolloutState, records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(candidate, control) records, split by the engine each vehicle actually ran; vehicles
+    on neither engine (not yet updated) are ignored."""
+    if records.empty:
+        return records, records
+    engine = records["engine_sha256"]
+    return records[engine == state.engine_sha256], records[control_mask(state, engine)]
+
+
 def split_cohorts(
     state: RolloutState, records: pd.DataFrame
 ) -> tuple[CohortMetrics, CohortMetrics]:
-    """(candidate, control) metrics, split by the engine each vehicle actually ran; vehicles
-    on neither engine (not yet updated) are ignored."""
-    engine = records["engine_sha256"] if not records.empty else pd.Series(dtype=str)
-    candidate = cohort_metrics(records[engine == state.engine_sha256])
-    control = cohort_metrics(records[control_mask(state, engine)])
-    return candidate, control
+    """(candidate, control) metrics of :func:`cohort_records`."""
+    candidate, control = cohort_records(state, records)
+    return cohort_metrics(candidate), cohort_metrics(control)
 
 
 @dataclass(frozen=True)
@@ -123,24 +144,6 @@ class Breach:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "message": self.message}
-
-
-def compare_cohorts(
-    candidate: CohortMetrics, control: CohortMetrics, budgets: Mapping[str, float]
-) -> list[Breach]:
-    """Every budget the candidate cohort exceeds against the control cohort."""
-    breaches = []
-    for metric, budget in budgets.items():
-        if metric == "confidence_mean_drop":
-            if control.confidence_mean - candidate.confidence_mean > budget:
-                breaches.append(
-                    Breach(metric, candidate.confidence_mean, control.confidence_mean, budget)
-                )
-            continue
-        ours, theirs = getattr(candidate, metric), getattr(control, metric)
-        if ours - theirs > budget:
-            breaches.append(Breach(metric, float(ours), float(theirs), budget))
-    return breaches
 
 
 def confidence_psi(candidate: CohortMetrics, control: CohortMetrics) -> float | None:

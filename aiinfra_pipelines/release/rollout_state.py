@@ -89,6 +89,14 @@ class RolloutState:
         """Whether this rollout had made its candidate production (a rollback must restore)."""
         return any(entry.get("event") == "completed" for entry in self.history)
 
+    def last_decision(self) -> dict[str, Any] | None:
+        """The newest history entry's decision that judged telemetry (``None``: none yet)."""
+        for entry in reversed(self.history):
+            decision = entry.get("decision")
+            if decision and decision.get("telemetry_commit"):
+                return dict(decision)
+        return None
+
     @property
     def last_event(self) -> dict[str, Any]:
         """The newest history entry (``{}`` for a state without history)."""

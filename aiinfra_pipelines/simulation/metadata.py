@@ -14,7 +14,7 @@ import dagster as dg
 from aiinfra_pipelines.metadata_tables import table_metadata
 
 from .regression import HEADLINE_KEYS
-from .report_view import report_table_rows
+from .report_view import report_table_rows, verdict_explained
 from .roles import ROLE_CANDIDATE, ROLES
 
 
@@ -51,6 +51,7 @@ def report_metadata(
     return {
         "model_version": str(report["model_version"]),
         "passed": report["passed"],
+        "verdict_explained": dg.MetadataValue.text(verdict_explained(report)),
         "failures": dg.MetadataValue.json(report["failures"]),
         "report_key": report_key,
         "report_sha256": report_sha256,

@@ -132,6 +132,34 @@ def _verdict_lines(report: Mapping[str, Any]) -> list[str]:
     return [*lines, "", *_rule_lines(aggregate)]
 
 
+def verdict_explained(report: Mapping[str, Any]) -> str:
+    """The verdict in words, with the rule that decided it: shown beside the scenario table,
+    whose per-scenario status (pass rate) is reported, not gated."""
+    aggregate = report["aggregate"]
+    word = "PASSED" if report["passed"] else "REFUSED"
+    if aggregate.get("first_release"):
+        how = (
+            "a first release is judged against the oracle on the whole library (production is "
+            "model zero, which no car runs), not scenario by scenario against production: "
+            "new_failure rows in the scenario table are reported, not gated."
+        )
+    else:
+        how = (
+            "each scenario's paired exact McNemar test against production (Holm over the "
+            "library) and the library-wide and per-slice paired at-fault tests decide; the "
+            "scenario table's status column (pass rate) is reported, not gated."
+        )
+    failures = "; ".join(str(f) for f in report.get("failures") or [])
+    return " ".join(
+        [
+            f"{word}:",
+            how,
+            *_rule_lines(aggregate),
+            *([f"Refused on: {failures}."] if failures else []),
+        ]
+    )
+
+
 def _rule_lines(aggregate: Mapping[str, Any]) -> list[str]:
     """How the library-wide rule read: the first release against the oracle, else the paired
     at-fault difference against production."""

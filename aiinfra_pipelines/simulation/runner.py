@@ -6,7 +6,8 @@ the ONNX bytes in their initializer — one onnxruntime thread each, the process
 parallelism — and return plain metric dicts. Results come back in job order whatever the worker
 count, and every outcome is a deterministic function of (scenario, seed, engine, configuration),
 so 1 or N workers give identical results (timings aside). Every collision is classified at-fault
-or not (:mod:`.collisions`) where it happens, so each result carries its verdict.
+or not where it happens (:mod:`aiinfra_pipelines.fleet.safety_events`: the car classifies its
+own collisions with the same rules), so each result carries its verdict.
 
 The roles: the candidate, production, the oracle (ground-truth perception — the ceiling any
 engine can reach with this planner) and model zero (the bootstrap engine — the floor).
@@ -22,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiinfra_pipelines.fleet.closed_loop import run_episode
+from aiinfra_pipelines.fleet.safety_events import CollisionRules, fault_fields
 from aiinfra_pipelines.fleet.settings import FleetConfig, fleet_config
 from aiinfra_pipelines.perception.contract import PerceptionSpec, perception_spec
 
-from .collisions import CollisionRules, fault_fields
 from .roles import (  # noqa: F401  (re-exported: the runner's callers name roles through it)
     GROUND_TRUTH_IDENTITY,
     ROLE_CANDIDATE,

@@ -111,7 +111,10 @@ def test_offline_eval_reports_every_slice_and_the_model_is_published(loop):
     # No release yet: judged against nothing (the first-release floors), and it says so.
     assert first.output_for_node("offline_eval")["reference_version"] is None
     comparison = evaluation["comparison"]
-    assert "overall" in comparison and "night/*/*" in comparison
+    assert "overall" in comparison and "night/\\*/\\*" in comparison  # shown, not emphasis
+    # The headline figures are numbers the UI can plot across materializations.
+    for metric in ("occupancy_accuracy", "occupancy_f1", "lead_gap_mae_m"):
+        assert isinstance(evaluation[f"candidate_{metric}"], float)
     assert _materialized(first, "published_model")["main_commit"]
     check = _evaluation(first, "offline_eval_no_slice_regression")
     assert check.passed

@@ -9,8 +9,10 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from aiinfra_pipelines.fleet.episode_metrics import EpisodeMetrics
+from aiinfra_pipelines.fleet.episode_metrics import EpisodeMetrics, collision_record
+from aiinfra_pipelines.fleet.sim_env import EgoFootprint
 from aiinfra_pipelines.lake.layout import MAIN_BRANCH
+from aiinfra_pipelines.logs.model import OtherVehicle
 from aiinfra_pipelines.operations.assets import (
     fleet_telemetry,
     telemetry_batches,
@@ -108,6 +110,32 @@ def test_an_episode_becomes_a_record_with_its_vehicle_side_aggregates():
         record_id="r2",
     )
     assert (crashed["collisions"], crashed["near_misses"]) == (1, 0)
+    assert crashed["at_fault_collisions"] == 1  # nothing recorded about it: not exonerated
+    rear_ended = record_from_episode(
+        {
+            **metrics.to_dict(),
+            "collision": True,
+            "collision_detail": collision_record(
+                step=3,
+                ego_speed_mps=0.0,  # stopped, hit from behind
+                ego_accel_mps2=0.0,
+                footprint=EgoFootprint(length_m=5.0, width_m=2.0, straddles_lanes=False),
+                partner=OtherVehicle(vehicle_id=9, x=-5.1, y=0.0, vx=8.0, vy=0.0, lane_offset=0),
+            ),
+        },
+        vin=VINS[0],
+        vehicle_model="sedan-a",
+        software_version="2",
+        cohort="candidate",
+        recorded_at="2024-06-03T06:00:00+00:00",
+        record_id="r3",
+    )
+    # A collision, but not a safety event against the engine: the simulation's rule, on the car.
+    assert (rear_ended["collisions"], rear_ended["at_fault_collisions"]) == (1, 0)
+    assert check_record(rear_ended, SETTINGS) == []
+    assert check_record({**rear_ended, "at_fault_collisions": 2}, SETTINGS)[0][0] == (
+        "inconsistent_counts"
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import dagster as dg
 import pytest
 import yaml
+from rich.console import Console
 
 from aiinfra_pipelines.config import resources_dir
 from aiinfra_pipelines.fleet.simulator import drive_fleet
@@ -26,6 +27,7 @@ from aiinfra_pipelines.perception.engine import OnnxRuntimeEngine
 from aiinfra_pipelines.release.assets_rollout import rollout, shadow_report
 from aiinfra_pipelines.release.cohorts import runs_candidate
 from aiinfra_pipelines.release.rollout_store import read_state
+from aiinfra_pipelines.status import render_status
 from aiinfra_pipelines_tests.support.operations_lake import (
     build_release_world,
     cautious_engine_bytes,
@@ -35,10 +37,12 @@ from aiinfra_pipelines_tests.support.operations_lake import (
     publish,
     reckless_engine_bytes,
     sha,
+    steady_fleet_records,
     telemetry_records,
 )
 
 VINS = fleet_vins(10)
+MAX_ROUNDS = 8  # closed-loop rounds of 6 cars x 2 drives before the slow test gives up
 CANDIDATE_SHA = sha(reckless_engine_bytes())
 PRODUCTION_SHA = sha(cautious_engine_bytes())
 
@@ -53,10 +57,16 @@ def step(instance, resources, **config) -> dict:
     return materialized(result, "rollout")
 
 
-def healthy(tag: str, candidate_vins, frames: int) -> list[dict]:
-    return telemetry_records(
-        CANDIDATE_SHA, candidate_vins, frames=frames, cohort="candidate", tag=tag
-    ) + telemetry_records(PRODUCTION_SHA, VINS[5:], frames=150, tag=tag)
+def healthy(tag: str, candidate_vins, rate_factor: float = 1.0) -> list[dict]:
+    """Candidate cars at ``rate_factor`` times the control's at-fault rate (VINS[5:])."""
+    return steady_fleet_records(
+        CANDIDATE_SHA,
+        PRODUCTION_SHA,
+        candidate_vins,
+        VINS[5:],
+        tag=tag,
+        candidate_rate_factor=rate_factor,
+    )
 
 
 @pytest.fixture
@@ -89,12 +99,12 @@ def test_a_good_candidate_widens_stage_by_stage_and_goes_full_only_with_approval
     unchanged = step(instance, resources)
     assert unchanged["action"] == "none" and unchanged["main_commit"] == started["main_commit"]
 
-    materialize_telemetry(instance, resources, "t1", healthy("t1", VINS[:2], 150))
+    materialize_telemetry(instance, resources, "t1", healthy("t1", VINS[:2]))
     assert step(instance, resources)["stage"] == "early"
     assert step(instance, resources)["action"] == "none"  # same telemetry, no second advance
-    materialize_telemetry(instance, resources, "t2", healthy("t2", VINS[:2], 250))
+    materialize_telemetry(instance, resources, "t2", healthy("t2", VINS[:2]))
     assert step(instance, resources)["stage"] == "wide"
-    materialize_telemetry(instance, resources, "t3", healthy("t3", VINS[:4], 250))
+    materialize_telemetry(instance, resources, "t3", healthy("t3", VINS[:4]))
     waiting = step(instance, resources)
     assert (waiting["action"], waiting["status"], waiting["cohort_percent"]) == (
         "await_approval",
@@ -160,17 +170,35 @@ def test_a_bad_candidate_at_canary_is_rolled_back_by_its_telemetry(world):
     lake, instance, resources = world["lake"], world["instance"], world["resources"]
     registry = world["registry"]
     step(instance, resources)
-    crashes = telemetry_records(
-        CANDIDATE_SHA, VINS[:2], frames=150, collisions=2, cohort="candidate", tag="c"
-    ) + telemetry_records(PRODUCTION_SHA, VINS[5:], frames=150, tag="c")
-    materialize_telemetry(instance, resources, "crash", crashes)
-    back = step(instance, resources)
+    # One collision is no evidence (the stage keeps collecting and says what it needs) ...
+    one = telemetry_records(
+        CANDIDATE_SHA, VINS[:2], frames=100, collisions=1, cohort="candidate", tag="one"
+    ) + telemetry_records(PRODUCTION_SHA, VINS[5:], frames=1000, collisions=3, tag="one")
+    materialize_telemetry(instance, resources, "one", one)
+    waiting = step(instance, resources)
+    assert (waiting["action"], waiting["status"]) == ("wait", "in_progress"), waiting
+    assert "keep collecting" in waiting["reason"] and "more candidate frames" in waiting["reason"]
+    # ... four times the control's at-fault rate over 40,000 frames is.
+    materialize_telemetry(instance, resources, "crash", healthy("crash", VINS[:2], rate_factor=4.0))
+    result = dg.materialize([rollout], instance=instance, resources=resources)
+    back = materialized(result, "rollout")
+    (health,) = result.get_asset_check_evaluations()  # a rollback is red where failures show
+    assert health.check_name == "release_not_rolled_back" and not health.passed
+    console = Console(record=True, width=240)
+    render_status(lake, console)
+    shown = console.export_text()
+    assert "production: model version 1" in shown and "ROLLED BACK" in shown
+    # The same view in the asset's metadata, kept current by every rollout step.
+    assert back["production"].startswith("production: model version 1")
+    (row,) = [record.data for record in back["release_state"].records]
+    assert (row["version"], row["status"], row["decision"]) == ("2", "ROLLED BACK", "rollback")
     assert (back["action"], back["status"], back["cohort_percent"]) == (
         "rollback",
         "rolled_back",
         0.0,
     )
-    assert "collision_rate_per_1k_frames" in back["breaches"]
+    assert "at_fault_collisions_per_1k_frames" in back["breaches"]
+    assert back["exposure_frames"] == 40_200  # both publishes since the canary began
     assert lake.get_json(MAIN_BRANCH, PRODUCTION_POINTER_KEY) == world["production_pointer"]
     assert registry.get_alias("production") == "1" and registry.get_alias("candidate") is None
     assert registry.version("2").tags["rollout_status"] == "rolled_back"
@@ -219,29 +247,41 @@ def test_a_reckless_candidate_is_rolled_back_from_canary_by_closed_loop_telemetr
         cohort = {v.vin: "candidate" if runs_candidate(state, v.vin) else "control" for v in fleet}
         assert set(cohort.values()) == {"candidate", "control"}, cohort
 
-        records = []
+        decisions = []
+        for round_number in range(MAX_ROUNDS):  # drive until the evidence decides
+            records = []
 
-        def report(drive) -> None:
-            records.append(
-                record_from_episode(
-                    drive.metrics,
-                    vin=drive.vehicle.vin,
-                    vehicle_model=drive.vehicle.model,
-                    software_version=drive.vehicle.software_version,
-                    cohort=cohort[drive.vehicle.vin],
-                    recorded_at=datetime.now(UTC).isoformat(),
-                    record_id=f"{drive.vehicle.vin}-{drive.episode_index}",
+            def report(drive, records=records, round_number=round_number) -> None:
+                records.append(
+                    record_from_episode(
+                        drive.metrics,
+                        vin=drive.vehicle.vin,
+                        vehicle_model=drive.vehicle.model,
+                        software_version=drive.vehicle.software_version,
+                        cohort=cohort[drive.vehicle.vin],
+                        recorded_at=datetime.now(UTC).isoformat(),
+                        record_id=f"{drive.vehicle.vin}-{round_number}-{drive.episode_index}",
+                    )
                 )
-            )
 
-        drive_fleet(
-            6, 1, seed=3, engine_for_vehicle=lambda v: engines[cohort[v.vin]], on_episode=report
-        )
-        published = materialize_telemetry(instance, resources, "closed-loop", records)
-        assert published["accepted"] == 6 and published["quarantined"] == 0
-        back = step(instance, resources)
-    assert back["status"] == "rolled_back", back
-    assert "collision_rate_per_1k_frames" in back["breaches"]  # it drove into traffic
+            drive_fleet(
+                6,
+                2,
+                seed=3 + round_number,
+                engine_for_vehicle=lambda v: engines[cohort[v.vin]],
+                on_episode=report,
+            )
+            batch = f"closed-loop-{round_number}"
+            published = materialize_telemetry(instance, resources, batch, records)
+            assert published["accepted"] == 12 and published["quarantined"] == 0
+            back = step(instance, resources)
+            decisions.append(back["action"])
+            if back["action"] != "wait":
+                break
+    # It kept collecting until harm was shown, then rolled back: never on a first collision.
+    assert back["status"] == "rolled_back", (decisions, back)
+    assert set(decisions[:-1]) <= {"wait"}, decisions
+    assert "at_fault_collisions_per_1k_frames" in back["breaches"]  # it drove into traffic
     assert lake.get_json(MAIN_BRANCH, PRODUCTION_POINTER_KEY)["version"] == "1"
     assert world["registry"].get_alias("production") == "1"
 

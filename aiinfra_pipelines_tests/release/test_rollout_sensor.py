@@ -24,7 +24,7 @@ from aiinfra_pipelines_tests.support.operations_lake import (
     publish_candidate,
     reckless_engine_bytes,
     sha,
-    telemetry_records,
+    steady_fleet_records,
 )
 
 VINS = fleet_vins(8)
@@ -84,8 +84,9 @@ def test_the_loop_from_certificate_to_stages_requests_each_step_once(world):
         instance,
         resources,
         "t1",
-        telemetry_records(sha(reckless_engine_bytes()), VINS[:2], frames=150, cohort="candidate")
-        + telemetry_records(sha(cautious_engine_bytes()), VINS[2:], frames=150),
+        steady_fleet_records(
+            sha(reckless_engine_bytes()), sha(cautious_engine_bytes()), VINS[:2], VINS[2:], tag="w0"
+        ),
     )
     fresh = tick(instance, lake, first.cursor)
     (judge,) = fresh.run_requests
@@ -152,8 +153,9 @@ def test_a_newer_candidate_gated_against_the_active_rollout_takes_the_fleet_over
         instance,
         resources,
         "t3",
-        telemetry_records(sha(v3_engine), VINS[:2], frames=150, cohort="candidate")
-        + telemetry_records(sha(cautious_engine_bytes()), VINS[2:], frames=150),
+        steady_fleet_records(
+            sha(v3_engine), sha(cautious_engine_bytes()), VINS[:2], VINS[2:], tag="w0"
+        ),
     )
     (judge,) = tick(instance, lake, first.cursor).run_requests
     assert judge.run_key == f"rollout-3-canary-{published['main_commit']}"
@@ -186,10 +188,9 @@ def test_batches_published_between_two_ticks_are_judged_one_at_a_time_in_order(w
     assert read_state(lake, "2").stage == "canary"
 
     def batch(tag: str) -> list[dict]:
-        candidate = sha(reckless_engine_bytes())
-        return telemetry_records(
-            candidate, VINS[:2], frames=150, cohort="candidate", tag=tag
-        ) + telemetry_records(sha(cautious_engine_bytes()), VINS[2:], frames=150, tag=tag)
+        return steady_fleet_records(
+            sha(reckless_engine_bytes()), sha(cautious_engine_bytes()), VINS[:2], VINS[2:], tag=tag
+        )
 
     published = [
         materialize_telemetry(instance, resources, name, batch(name))["main_commit"]

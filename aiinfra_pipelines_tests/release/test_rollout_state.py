@@ -15,7 +15,7 @@ from aiinfra_pipelines.release.rollout import (
     supersede_rollout,
 )
 from aiinfra_pipelines.release.rollout_evaluation import evaluate_stage
-from aiinfra_pipelines.release.rollout_metrics import cohort_metrics, compare_cohorts
+from aiinfra_pipelines.release.rollout_metrics import cohort_metrics
 from aiinfra_pipelines.release.rollout_settings import RolloutSettings
 from aiinfra_pipelines.release.rollout_state import (
     AWAITING_APPROVAL,
@@ -57,9 +57,30 @@ GATES = {
             ],
             "min_control_frames": 200,
             "approval_required_from_percent": 100,
+            "frame_rate_hz": 10,
+            "exposure_cap_factor": 3,
+            "events": {
+                "at_fault_collisions": {
+                    "column": "at_fault_collisions",
+                    "margin": 2.0,
+                    "harm_alpha": 0.01,
+                    "noninferiority_alpha": 0.05,
+                    "harm_alternatives": [1.25, 1.5, 2.0, 3.0, 4.0, 6.0],
+                    "noninferiority_alternatives": [0.5, 0.75, 1.0, 1.25, 1.5],
+                    "control_rate_per_1k_frames": 3.0,
+                },
+                "near_misses": {
+                    "column": "near_misses",
+                    "margin": 1.5,
+                    "harm_alpha": 0.01,
+                    "noninferiority_alpha": 0.05,
+                    "harm_alternatives": [1.25, 1.5, 2.0, 3.0],
+                    "noninferiority_alternatives": [0.67, 0.8, 1.0, 1.2],
+                    "control_rate_per_1k_frames": 3.0,
+                },
+            },
+            "budget_alpha": 0.01,
             "budgets": {
-                "collision_rate_per_1k_frames": 0.5,
-                "near_miss_rate_per_1k_frames": 2.0,
                 "fallback_rate": 0.05,
                 "latency_p95_ms": 10.0,
                 "confidence_mean_drop": 0.1,
@@ -109,15 +130,30 @@ def started() -> RolloutState:
     return state
 
 
+# Each cohort at 3 at-fault collisions and 3 near misses per 1,000 frames: enough exposure
+# (20,000 frames a car) for the sequential tests to show an equal engine non-inferior.
+CANDIDATE_EVENTS = {"collisions": 120, "near_misses": 60}
+CONTROL_EVENTS = {"collisions": 360, "near_misses": 60}
+FRAMES = 20_000
+
+
 def fleet(
     candidate: dict | None = None, control: dict | None = None, tag: str = "w"
 ) -> pd.DataFrame:
-    """Candidate telemetry from VINS[:2], control from VINS[2:], 150 frames per vehicle."""
+    """Candidate telemetry from VINS[:2], control from VINS[2:], 20,000 frames per vehicle,
+    both cohorts at the same event rates unless ``candidate``/``control`` change them."""
     records = telemetry_records(
-        CANDIDATE, VINS[:2], frames=150, cohort="candidate", tag=tag, **(candidate or {})
+        CANDIDATE,
+        VINS[:2],
+        frames=FRAMES,
+        cohort="candidate",
+        tag=tag,
+        **{**CANDIDATE_EVENTS, **(candidate or {})},
     )
-    records += telemetry_records(PRODUCTION, VINS[2:], frames=150, tag=tag, **(control or {}))
-    return published_records(records)
+    records += telemetry_records(
+        PRODUCTION, VINS[2:], frames=FRAMES, tag=tag, **{**CONTROL_EVENTS, **(control or {})}
+    )
+    return published_records(records, batch=f"batch-{tag}")
 
 
 def test_the_configured_gates_parse_and_full_rollout_always_needs_approval():
@@ -142,6 +178,17 @@ def test_the_configured_gates_parse_and_full_rollout_always_needs_approval():
             "increase",
         ),
         ({"budgets": {"colisions": 1.0}}, "unknown rollout budget"),
+        (
+            {
+                "events": {
+                    "at_fault_collisions": {
+                        **GATES["release"]["rollout"]["events"]["at_fault_collisions"],
+                        "margin": 0.9,
+                    }
+                }
+            },
+            "margin must be a rate ratio above 1",
+        ),
     ],
 )
 def test_bad_rollout_settings_are_refused(change, message):
@@ -242,7 +289,9 @@ def test_a_healthy_stage_advances_once_and_never_twice_on_the_same_telemetry():
     assert decision.action == "advance"
     assert (advanced.stage, advanced.cohort_percent) == ("early", 10)
     assert advanced.stage_started_telemetry_commit == "T1"
-    assert advanced.history[-1]["decision"]["candidate"]["frames"] == 300
+    assert advanced.history[-1]["decision"]["candidate"]["frames"] == 2 * FRAMES
+    tests = advanced.history[-1]["decision"]["tests"]
+    assert {v["outcome"] for v in tests["events"].values()} == {"non_inferior"}
     again, repeat = evaluate_stage(
         advanced, SETTINGS, telemetry_commit="T1", records=fleet(), at="t3"
     )
@@ -304,10 +353,10 @@ def test_an_approval_before_the_rollout_waits_for_one_is_refused():
     ("candidate", "metric"),
     [
         ({"fallback_share": 0.4}, "fallback_rate"),
-        ({"collisions": 1}, "collision_rate_per_1k_frames"),
+        ({"collisions": 480}, "at_fault_collisions_per_1k_frames"),
         ({"latency_ms": 40.0}, "latency_p95_ms"),
         ({"confidence": 0.55}, "confidence_mean_drop"),
-        ({"near_misses": 1}, "near_miss_rate_per_1k_frames"),
+        ({"near_misses": 240}, "near_misses_per_1k_frames"),
     ],
 )
 def test_a_breach_rolls_back_and_records_the_evidence(candidate, metric):
@@ -326,7 +375,7 @@ def test_a_breach_rolls_back_and_records_the_evidence(candidate, metric):
 
 def test_a_better_candidate_is_no_breach():
     better = {"fallback_share": 0.0, "confidence": 0.98, "latency_ms": 4.0}
-    worse_control = {"fallback_share": 0.3, "collisions": 1, "confidence": 0.7}
+    worse_control = {"fallback_share": 0.3, "collisions": 720, "confidence": 0.7}
     _, decision = evaluate_stage(
         started(),
         SETTINGS,
@@ -347,7 +396,7 @@ def test_telemetry_keeps_being_watched_while_awaiting_approval():
         state,
         SETTINGS,
         telemetry_commit="T3",
-        records=fleet(candidate={"collisions": 2}, tag="c"),
+        records=fleet(candidate={"collisions": 480}, tag="c"),
         at="t4",
     )
     assert decision.action == "rollback" and state.status == ROLLED_BACK
@@ -386,7 +435,7 @@ def test_cohort_metrics_aggregate_the_vehicle_records():
     assert metrics.latency_p95_ms == pytest.approx((p95[0] * 100 + p95[1] * 300) / 400)
     # confidences 0.95 and 0.35 land in the bins centred at 0.95 and 0.35
     assert metrics.confidence_mean == pytest.approx((0.95 * 100 + 0.35 * 300) / 400)
-    assert compare_cohorts(metrics, metrics, SETTINGS.budgets) == []
+    assert metrics.at_fault_collisions == 1  # an agent that cannot tell: every one at fault
 
 
 def test_records_of_other_engines_count_for_neither_cohort():
@@ -399,7 +448,7 @@ def test_records_of_other_engines_count_for_neither_cohort():
     )
     _, decision = evaluate_stage(started(), SETTINGS, telemetry_commit="T1", records=mixed, at="t2")
     assert decision.action == "advance"
-    assert decision.candidate.frames == 300 and decision.control.frames == 900
+    assert decision.candidate.frames == 2 * FRAMES and decision.control.frames == 6 * FRAMES
 
 
 def _first_release_state() -> RolloutState:
@@ -427,8 +476,10 @@ def _first_release_state() -> RolloutState:
 
 
 def test_before_the_first_release_cars_without_an_engine_are_the_control_cohort():
-    records = telemetry_records(CANDIDATE, VINS[:2], frames=150, cohort="candidate", tag="p")
-    records += telemetry_records("", VINS[2:], frames=150, tag="p")  # the pre-release stack
+    records = telemetry_records(
+        CANDIDATE, VINS[:2], frames=FRAMES, cohort="candidate", tag="p", **CANDIDATE_EVENTS
+    )
+    records += telemetry_records("", VINS[2:], frames=FRAMES, tag="p", **CONTROL_EVENTS)
     _, decision = evaluate_stage(
         _first_release_state(),
         SETTINGS,
@@ -437,7 +488,7 @@ def test_before_the_first_release_cars_without_an_engine_are_the_control_cohort(
         at="t2",
     )
     assert decision.action == "advance"
-    assert decision.control.frames == 900
+    assert decision.control.frames == 6 * FRAMES
     # Once an engine is in production, engine-less cars are no longer the control.
     _, later = evaluate_stage(
         started(), SETTINGS, telemetry_commit="T1", records=published_records(records), at="t2"
@@ -499,3 +550,50 @@ def test_a_state_in_the_on_lake_format_loads_and_writes_back_unchanged():
         {**LEGACY_CANARY_STATE, "approval": {"approver": "Ada", "at": "t5", "stage": "full"}}
     )
     assert completed.to_json()["approval"] == {"approver": "Ada", "at": "t5", "stage": "full"}
+
+
+def test_an_equal_engine_is_not_rolled_back_on_a_single_event_and_says_what_it_needs():
+    """One at-fault collision in 200 canary frames is 5 per 1,000 against a control at 3: the
+    point estimates differ, the evidence does not. The stage keeps collecting and states the
+    exposure still needed (the old budget rolled back here)."""
+    thin = published_records(
+        telemetry_records(
+            CANDIDATE, VINS[:2], frames=100, cohort="candidate", collisions=1, tag="s"
+        )
+        + telemetry_records(PRODUCTION, VINS[2:], frames=1000, collisions=18, tag="s"),
+        batch="batch-s",
+    )
+    state, decision = evaluate_stage(
+        started(), SETTINGS, telemetry_commit="T1", records=thin, at="t2"
+    )
+    assert decision.action == "wait" and state.status == IN_PROGRESS
+    assert decision.reason.startswith("keep collecting: at_fault_collisions 1 in 200 frames")
+    recorded = state.history[-1]["decision"]
+    assert recorded["exposure_frames"] == 200
+    needed = recorded["exposure_needed_frames"]
+    assert needed > 1000 and f"about {needed:,} more candidate frames" in decision.reason
+    assert recorded["tests"]["events"]["at_fault_collisions"]["outcome"] == "undecided"
+
+
+def test_collisions_the_car_did_not_cause_are_no_safety_event():
+    """Rear-ended cars: four times the control's collisions, none at fault (the simulation's
+    rules, classified on the car): the at-fault test sees no harm and the stage advances."""
+    rear_ended = {"collisions": 480, "at_fault_collisions": 0}
+    _, decision = evaluate_stage(
+        started(), SETTINGS, telemetry_commit="T1", records=fleet(candidate=rear_ended), at="t2"
+    )
+    assert decision.action == "advance" and not decision.breaches
+    assert decision.candidate.collisions == 480 and decision.candidate.at_fault_collisions == 0
+    at_fault = decision.as_dict()["tests"]["events"]["at_fault_collisions"]
+    assert at_fault["outcome"] == "non_inferior" and at_fault["candidate_events"] == 0
+
+
+def test_a_harmful_engine_is_rolled_back_on_evidence_not_on_one_event():
+    harmful = {"collisions": 480}  # four times the control's at-fault rate over 40,000 frames
+    state, decision = evaluate_stage(
+        started(), SETTINGS, telemetry_commit="T1", records=fleet(candidate=harmful), at="t2"
+    )
+    assert decision.action == "rollback" and state.status == ROLLED_BACK
+    assert decision.reason.startswith("harm shown: at_fault_collisions_per_1k_frames 12")
+    events = decision.as_dict()["tests"]["events"]["at_fault_collisions"]
+    assert events["outcome"] == "harm" and events["harm_e_value"] >= 1 / 0.01

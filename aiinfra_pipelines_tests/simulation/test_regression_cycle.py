@@ -270,6 +270,9 @@ def test_cycle_publishes_report_records_and_mlflow_artifact(cycle, sensor_cycle)
     metadata = result.asset_materializations_for_node("regression_report")[0].metadata
     assert "Regression simulation" in metadata["report"].value
     assert metadata["scenario_table"].value.records
+    # The verdict says which rule decided it (a first release: the oracle, not the table).
+    explained = metadata["verdict_explained"].value
+    assert explained.startswith("PASSED: a first release is judged against the oracle"), explained
     for key in (
         "candidate_at_fault",
         "production_at_fault",

@@ -264,8 +264,10 @@ def telemetry_records(
     confidence: float = 0.9,
     cohort: str = "control",
     tag: str = "w0",
+    at_fault_collisions: int | None = None,
 ) -> list[dict[str, Any]]:
-    """One vehicle-side record per VIN, built by the telemetry agent's own function."""
+    """One vehicle-side record per VIN, built by the telemetry agent's own function; the
+    collisions (all at fault unless ``at_fault_collisions`` says otherwise) go to the first."""
     from aiinfra_pipelines.operations.telemetry import telemetry_record
 
     fallback = round(frames * fallback_share)
@@ -285,6 +287,9 @@ def telemetry_records(
                 fallback_flags=[i < fallback for i in range(frames)],
                 near_misses=near_misses,
                 collisions=collisions if index == 0 else 0,
+                at_fault_collisions=(
+                    None if at_fault_collisions is None or index else at_fault_collisions
+                ),
             )
         )
     return records
@@ -347,3 +352,39 @@ def materialize_telemetry(instance, resources, batch: str, records) -> dict[str,
         [fleet_telemetry], instance=instance, resources=resources, partition_key=landed.branch
     )
     return materialized(result, "fleet_telemetry")
+
+
+# Cohorts at 3 at-fault collisions and 3 near misses per 1,000 frames, 20,000 frames a car:
+# exposure enough for gates.yaml's sequential rollout tests to show an equal engine
+# non-inferior in one batch (a demo-sized batch keeps collecting, as it should).
+STEADY_FRAMES = 20_000
+
+
+def steady_fleet_records(
+    candidate_sha: str,
+    production_sha: str,
+    candidate_vins: Sequence[str],
+    control_vins: Sequence[str],
+    *,
+    tag: str,
+    candidate_rate_factor: float = 1.0,
+) -> list[dict[str, Any]]:
+    """One batch of both cohorts driving at the same event rates (the candidate's at-fault
+    collisions ``candidate_rate_factor`` times the control's)."""
+    per_car = 3 * STEADY_FRAMES // 1000
+    return telemetry_records(
+        candidate_sha,
+        candidate_vins,
+        frames=STEADY_FRAMES,
+        cohort="candidate",
+        tag=tag,
+        collisions=round(per_car * len(candidate_vins) * candidate_rate_factor),
+        near_misses=per_car,
+    ) + telemetry_records(
+        production_sha,
+        control_vins,
+        frames=STEADY_FRAMES,
+        tag=tag,
+        collisions=per_car * len(control_vins),
+        near_misses=per_car,
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiinfra_pipelines.simulation.collisions import (
+from aiinfra_pipelines.fleet.safety_events import (
     Collision,
     CollisionRules,
     CollisionType,

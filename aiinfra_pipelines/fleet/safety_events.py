@@ -1,4 +1,12 @@
-"""Who was at fault: nuPlan's collision classification over one recorded collision.
+"""What counts as a safety event, once for the car and the simulation: at-fault collisions
+(nuPlan's classification) and near misses (one time-to-collision rule).
+
+The fleet's telemetry (``operations.telemetry``) and the regression simulation
+(``simulation.runner``) both call :func:`episode_safety_events`, so a rollout's canary and the
+simulation gate count the same events: being rear-ended while stopped is a collision but not an
+at-fault one on either side, and a near miss is the same TTC or gap below the same threshold.
+
+Who was at fault: nuPlan's collision classification over one recorded collision.
 
 A collision counts against the planner only when ego caused it. The rules follow nuPlan's
 ``no_ego_at_fault_collisions`` metric, which sorts every collision into one type:
@@ -23,9 +31,12 @@ Front / rear / lateral comes from where the other vehicle was, in ego's frame, t
 before impact: a contact is longitudinal when the other car's offset, measured in vehicle
 lengths along ego's heading, exceeds its offset in vehicle widths across it.
 
+A near miss is an episode without a collision whose minimum time-to-collision to the lead fell
+below ``near_miss_ttc_s`` or whose bumper gap fell below ``near_miss_gap_m``.
+
 Everything here is a pure function of the record ``fleet.episode_metrics.collision_record`` writes
-and the thresholds in ``resources/simulation.yaml`` ``collisions:``; tests build collisions by
-hand.
+and the thresholds in ``resources/simulation.yaml`` ``collisions:`` (the file the simulation's
+other world rules live in; the car reads the same section); tests build collisions by hand.
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from typing import Any
 
 from aiinfra_pipelines.config import settings_section
 
-from .settings import SIMULATION_CONFIG_FILE
+RULES_FILE = "simulation.yaml"
 
 
 class CollisionType(StrEnum):
@@ -56,10 +67,12 @@ class CollisionRules:
     stopped_speed_mps: float
     comfort_decel_mps2: float
     rear_end_after_harsh_brake_at_fault: bool
+    near_miss_ttc_s: float = 1.0
+    near_miss_gap_m: float = 2.0
 
     @classmethod
     def load(cls, config: Mapping[str, Any] | None = None) -> CollisionRules:
-        section = settings_section(SIMULATION_CONFIG_FILE, "collisions", config)
+        section = settings_section(RULES_FILE, "collisions", config)
         decel = section.float("comfort_decel_mps2")
         if decel <= 0:
             raise section.error(
@@ -69,6 +82,8 @@ class CollisionRules:
             stopped_speed_mps=section.float("stopped_speed_mps"),
             comfort_decel_mps2=decel,
             rear_end_after_harsh_brake_at_fault=section.bool("rear_end_after_harsh_brake_at_fault"),
+            near_miss_ttc_s=section.float("near_miss_ttc_s"),
+            near_miss_gap_m=section.float("near_miss_gap_m"),
         )
 
 
@@ -186,4 +201,26 @@ def fault_fields(metrics: Mapping[str, Any], rules: CollisionRules) -> dict[str,
         "collision_type": str(verdict.kind),
         "at_fault_collision": verdict.at_fault,
         "collision_fault": verdict.reason,
+    }
+
+
+def is_near_miss(metrics: Mapping[str, Any], rules: CollisionRules) -> bool:
+    """No collision, but the minimum TTC to the lead or the bumper gap fell below the rule's."""
+    if metrics.get("collision"):
+        return False
+    ttc, gap = metrics.get("min_ttc_s"), metrics.get("min_lead_gap_m")
+    return (ttc is not None and ttc < rules.near_miss_ttc_s) or (
+        gap is not None and gap < rules.near_miss_gap_m
+    )
+
+
+def episode_safety_events(metrics: Mapping[str, Any], rules: CollisionRules) -> dict[str, Any]:
+    """One episode's safety events: ``collisions`` and ``at_fault_collisions`` (0 or 1),
+    ``near_misses`` (0 or 1), and the collision's type and why it was (not) ego's fault."""
+    fault = fault_fields(metrics, rules)
+    return {
+        "collisions": int(bool(metrics.get("collision"))),
+        "at_fault_collisions": int(bool(fault["at_fault_collision"])),
+        "near_misses": int(is_near_miss(metrics, rules)),
+        **fault,
     }
