@@ -30,8 +30,16 @@ ONNX) and production (model zero, the bootstrap network) — through
 
 Rounds are interleaved (``--repeats``); each figure is the median over rounds.
 
+``--json`` runs section 0 alone and prints one JSON object on the last line: ``episode_s`` (CPU
+seconds per episode of the candidate through the real path), ``bare_env_episode_s`` (the same
+environments stepped by highway-env alone: the floor), ``overhead_ratio`` (their quotient), the
+per-step split ``env_ms``, ``camera_ms``, ``truth_ms``, ``engine_ms``, ``planner_ms``,
+``metrics_ms`` (the loop's own timers) and ``reused_share`` (a second report's episodes served
+from the first's published outcomes); ``benchmarks/episode_cost.py`` says how each is measured.
+
     .venv/bin/python benchmarks/simulation.py [--repeats 2] [--scenarios 0] [--extra 16]
     .venv/bin/python benchmarks/simulation.py --report-only [--extra 16]   # section 5 only
+    .venv/bin/python benchmarks/simulation.py --json [--seeds 2] [--reuse-scenarios 4]
 """
 
 from __future__ import annotations
@@ -51,7 +59,9 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 import numpy as np
 import torch
+from episode_cost import bare_env_cost, episode_cost, profile_jobs, reuse_share
 
+from aiinfra_pipelines.fleet.episode_metrics import STEP_PARTS
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.network import PerceptionNet
 from aiinfra_pipelines.perception.onnx_export import bootstrap_network, export_onnx
@@ -214,6 +224,37 @@ def print_report_cost(extra: int, repeats: int) -> None:
         )
 
 
+def print_episode_cost(first: int, seeds: int, reports_on: int) -> None:
+    """Section 0: an episode against its floor, the per-step split and a second report's reuse
+    (benchmarks/episode_cost.py says how each is measured); one JSON object, last line."""
+    scenarios = load_base_scenarios()
+    scenarios = scenarios[:first] if first else scenarios
+    sources = engines()
+    jobs = profile_jobs(scenarios, seeds)
+    print(f"episode cost: {len(scenarios)} scenarios x {seeds} seeds, the candidate engine")
+    real = episode_cost(jobs, sources[ROLE_CANDIDATE])
+    bare = bare_env_cost(jobs, real.pop("steps_by_job"))
+    torch.manual_seed(2)
+    second = EngineSource("candidate-2", export_onnx(PerceptionNet(perception_spec()).eval()))
+    library = load_base_scenarios()[:reports_on]
+    print(f"two reports: {len(library)} scenarios, the evidence plan of gates.yaml")
+    reuse = reuse_share(library, sources[ROLE_CANDIDATE], second, sources[ROLE_PRODUCTION])
+    figures = {
+        **real,
+        **bare,
+        "overhead_ratio": round(real["episode_s"] / bare["bare_env_episode_s"], 2),
+        **reuse,
+        "cpus": os.cpu_count(),
+    }
+    parts = "  ".join(f"{p} {real[f'{p}_ms']:.2f}" for p in STEP_PARTS)
+    print(
+        f"  episode {real['episode_s']:.3f} s CPU vs bare env {bare['bare_env_episode_s']:.3f} s:"
+        f" overhead x{figures['overhead_ratio']:.2f}; per step ms: {parts}"
+    )
+    print(f"  second report served {reuse['reused_share']:.1%} of its episodes from the cache")
+    print(json.dumps(figures))
+
+
 def engines() -> dict[str, EngineSource]:
     spec = perception_spec()
     torch.manual_seed(1)
@@ -252,6 +293,21 @@ def timed(run) -> tuple[float, list[dict]]:
     return time.perf_counter() - start, results
 
 
+def ran_one_section(args: argparse.Namespace) -> bool:
+    """Run the one section (or shard helper) the arguments ask for; whether one was asked."""
+    if args.shard_run is not None:
+        shard_run(args.shard_run, args.workers, args.extra)
+    elif args.report_shard is not None:
+        report_shard_run(args.report_shard, args.extra)
+    elif args.report_only:
+        print_report_cost(args.extra, args.repeats)
+    elif args.json:
+        print_episode_cost(args.scenarios, args.seeds, args.reuse_scenarios)
+    else:
+        return False
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
@@ -261,15 +317,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--report-shard", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--report-only", action="store_true", help="section 5 only")
+    parser.add_argument(
+        "--json", action="store_true", help="section 0 only: one JSON object on the last line"
+    )
+    parser.add_argument("--seeds", type=int, default=2, help="seeds per scenario in section 0")
+    parser.add_argument(
+        "--reuse-scenarios", type=int, default=4, help="scenarios of section 0's two reports"
+    )
     args = parser.parse_args()
-    if args.shard_run is not None:
-        shard_run(args.shard_run, args.workers, args.extra)
-        return
-    if args.report_shard is not None:
-        report_shard_run(args.report_shard, args.extra)
-        return
-    if args.report_only:
-        print_report_cost(args.extra, args.repeats)
+    if ran_one_section(args):
         return
 
     scenarios = load_base_scenarios()

@@ -260,8 +260,11 @@ class _ClosedLoop:
                 rear = rear_camera.image_from_canvas(
                     canvas, heading, self.camera.ego_on_canvas(heading)
                 )
+        rendered = time.perf_counter()
         ego = ego_state(env)
+        read_ego = time.perf_counter()
         others = self.reader.read(env, image, rear, rear_camera)  # paints plates into both
+        read_truth = time.perf_counter()
         speed = float(np.clip(ego.speed_mps, 0.0, self.max_speed))
         weather, lighting = self.setup.weather, self.setup.lighting
         seen = (
@@ -275,9 +278,11 @@ class _ClosedLoop:
             else None
         )
         points = self.lidar.scan(env) if self.lidar is not None else None
-        sensed = _Sensed(seen, seen_rear, ego, speed, others, time.perf_counter() - started)
+        sensed_at = time.perf_counter()
+        sensed = _Sensed(seen, seen_rear, ego, speed, others, sensed_at - started)
         if self.observer is not None:
             self.observer(StepObservation(step, seen, ego, speed, others, seen_rear, points))
+        observed = time.perf_counter()
         self.trace.observe(
             ego,
             others,
@@ -285,6 +290,12 @@ class _ClosedLoop:
             footprint=ego_footprint(env),
             crashed_ids=self.reader.crashed_ids(env) if ego.crashed else frozenset(),
         )
+        # The observer (the fleet's log writer) is the recording's cost, not the loop's: it is
+        # outside every part, as it was outside ``simulator_ms``.
+        self.trace.spend("camera", (rendered - started) + (sensed_at - read_truth))
+        self.trace.spend("env", read_ego - rendered)
+        self.trace.spend("truth", read_truth - read_ego)
+        self.trace.spend("metrics", time.perf_counter() - observed)
         return sensed
 
     def _decide_and_act(self, env: Any, step: int, sensed: _Sensed) -> bool:
@@ -306,6 +317,7 @@ class _ClosedLoop:
         decision = self.planner.act_in_state(status.state, perception, sensed.speed, status.cause)
         planned = time.perf_counter()
         self._shadow(sensed, decision.name)
+        shadowed = time.perf_counter()
         if self.scripted is not None:
             self.scripted.before_step(step)
         _, _, terminated, truncated, _ = env.step(decision.action)
@@ -316,6 +328,10 @@ class _ClosedLoop:
         self.trace.simulator_ms.append((sensed.seconds + stepped - planned) * 1e3)
         self.trace.perception_ms.append((perceived - started) * 1e3)
         self.trace.planner_ms.append((planned - perceived) * 1e3)
+        self.trace.spend("engine", (perceived - started) + (shadowed - planned))
+        self.trace.spend("planner", planned - perceived)
+        self.trace.spend("env", stepped - shadowed)
+        self.trace.spend("metrics", time.perf_counter() - stepped)
         return bool(terminated or truncated)  # the final state is recorded on the next step
 
     def _perceive(self, sensed: _Sensed) -> tuple[Perception | None, str | None]:

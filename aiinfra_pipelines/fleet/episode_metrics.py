@@ -50,6 +50,14 @@ class MetricsConfig:
         )
 
 
+# The parts of a closed-loop step, each timed on its own. env: the simulator's step and ego state;
+# camera: render, resample to the camera's frames, degrade (and the LiDAR scan when recording);
+# truth: the ground-truth read (it also paints plates into the frames); engine: the driven and
+# shadow engines' inference; planner: the degradation monitor and the planners; metrics: the
+# per-step trace the episode's metrics and collision classification are computed from.
+STEP_PARTS = ("env", "camera", "truth", "engine", "planner", "metrics")
+
+
 @dataclass
 class EpisodeMetrics:
     """Per-episode outcome. Timing lists are wall-clock and vary run to run; everything else is
@@ -79,6 +87,9 @@ class EpisodeMetrics:
     simulator_ms: list[float] = field(default_factory=list)
     perception_ms: list[float] = field(default_factory=list)
     planner_ms: list[float] = field(default_factory=list)
+    # Where the episode's wall-clock went, summed over its steps (milliseconds per part, see
+    # STEP_PARTS): what benchmarks/simulation.py reads to weigh an episode against its floor.
+    step_profile_ms: dict[str, float] = field(default_factory=dict)
     # Shadow mode: a second engine perceived the same frames and planned without acting.
     shadow_engine_sha256: str = ""
     shadow_steps: int = 0
@@ -92,7 +103,7 @@ class EpisodeMetrics:
     minimal_risk_steps: int = 0
     engine_errors: int = 0
 
-    TIMING_FIELDS = ("simulator_ms", "perception_ms", "planner_ms")
+    TIMING_FIELDS = ("simulator_ms", "perception_ms", "planner_ms", "step_profile_ms")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +116,8 @@ class EpisodeMetrics:
         """Mean / p95 / max per timing series, in milliseconds."""
         summary: dict[str, float] = {}
         for name in self.TIMING_FIELDS:
+            if name == "step_profile_ms":
+                continue
             values = np.asarray(getattr(self, name), dtype=float)
             stem = name.removesuffix("_ms")
             if values.size == 0:
@@ -148,6 +161,9 @@ class EpisodeTrace:
     simulator_ms: list[float] = field(default_factory=list)
     perception_ms: list[float] = field(default_factory=list)
     planner_ms: list[float] = field(default_factory=list)
+    step_profile_ms: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(STEP_PARTS, 0.0)
+    )
     shadow_agreed: list[bool] = field(default_factory=list)
     states: list[str] = field(default_factory=list)
     transitions: list[dict[str, Any]] = field(default_factory=list)
@@ -156,6 +172,10 @@ class EpisodeTrace:
     previous_others: list[OtherVehicle] = field(default_factory=list)
     # (frame index of the first crash, the vehicle ego collided with as seen one frame before)
     crash: tuple[int, OtherVehicle | None] | None = None
+
+    def spend(self, part: str, seconds: float) -> None:
+        """Add ``seconds`` of wall-clock to one of :data:`STEP_PARTS`."""
+        self.step_profile_ms[part] += seconds * 1e3
 
     def shadow(self, agreed: bool) -> None:
         self.shadow_agreed.append(bool(agreed))
@@ -237,6 +257,7 @@ class EpisodeTrace:
             simulator_ms=self.simulator_ms,
             perception_ms=self.perception_ms,
             planner_ms=self.planner_ms,
+            step_profile_ms={part: round(ms, 3) for part, ms in self.step_profile_ms.items()},
             shadow_engine_sha256="" if shadow_engine is None else str(shadow_engine.sha256),
             shadow_steps=len(self.shadow_agreed),
             shadow_agreements=int(sum(self.shadow_agreed)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from aiinfra_pipelines.fleet.episode_metrics import STEP_PARTS, EpisodeMetrics
 from aiinfra_pipelines.perception.contract import perception_spec
 from aiinfra_pipelines.perception.onnx_export import bootstrap_network, export_onnx
 from aiinfra_pipelines.simulation.runner import EngineSource, SimulationJob, simulate
@@ -35,7 +36,7 @@ def engines() -> dict[str, EngineSource]:
 
 
 def deterministic(results: list[dict]) -> list[dict]:
-    timing = {"simulator_ms", "perception_ms", "planner_ms"}
+    timing = set(EpisodeMetrics.TIMING_FIELDS)
     return [{k: v for k, v in r.items() if k not in timing} for r in results]
 
 
@@ -67,6 +68,16 @@ def test_one_and_two_worker_processes_give_identical_results(engines):
     with_engine = [r for r in pooled if r["perception_source"] == "engine"]
     assert all(len(r["perception_ms"]) == r["steps"] for r in with_engine)
     assert all(r["engine_sha256"] for r in with_engine)
+    # The step profile times every part of a step (the oracle's "engine" is its ground-truth
+    # perception; it renders no frame, so its camera part is only the timer's own overhead).
+    for result in pooled:
+        profile = result["step_profile_ms"]
+        assert set(profile) == set(STEP_PARTS), profile
+        assert all(ms >= 0.0 for ms in profile.values()), profile
+        assert profile["env"] > 0.0 and profile["metrics"] > 0.0, profile
+        if result["perception_source"] == "engine":
+            assert profile["camera"] > 0.0, profile
+        assert profile["engine"] > 0.0 and profile["planner"] > 0.0, profile
 
 
 def test_heavy_degradation_makes_the_planner_fall_back_instead_of_crashing(engines):
