@@ -85,9 +85,7 @@ PINNED_ROLLOUT = [
     ("shadow", None, None, None, None, None),
     ("stage_started", None, None, None, None, None),  # canary, at cycle 1's end
     ("waiting", "wait", 1102, 2, 6524, 15),  # cycle 2: 2 vs 9 at fault, ~18,614 more frames
-    ("waiting", "wait", 1522, 2, 9007, 20),  # closing round 1: ~19,294 more
-    ("waiting", "wait", 1862, 4, 11477, 24),  # closing round 2: 3 vs 13 at fault, ~37,547 more
-    ("waiting", "wait", 2282, 4, 14031, 26),  # closing round 3: 3 vs 13 at fault, ~52,277 more
+    ("waiting", "wait", 1522, 2, 9007, 20),  # the closing round: 2 vs 10 at fault, ~19,294 more
 ]
 # Budgets on wall-clock time measure the runner, not the engine: on a shared 2-core CI machine
 # the certification's latency gate (p99 at batch 1 on the host) and the rollout's telemetry
@@ -342,7 +340,9 @@ def test_the_demo_learns_by_the_production_gates_and_survives_a_daemon_crash(
     assert view["decision"] == judged["decision"]["action"], view
     for key in ("exposure_frames", "exposure_needed_frames"):
         assert view[key] == judged["decision"][key], (key, view)
-    # Still collecting after the last round: the rounds stop at their cap, not on a decision.
+    # Still collecting after the last round: the rounds stop at their cap, not on a decision
+    # (with three rounds on 2026-12-07 rounds two and three still waited, ~37,500 and ~52,300
+    # more frames needed).
     assert rounds == int(DEMO["closing_drive"]["max_rounds"]), closing
 
     # -- the loop learns, by the production gates ---------------------------------------------
