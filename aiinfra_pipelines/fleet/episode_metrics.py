@@ -103,7 +103,9 @@ class EpisodeMetrics:
     minimal_risk_steps: int = 0
     engine_errors: int = 0
 
-    TIMING_FIELDS = ("simulator_ms", "perception_ms", "planner_ms", "step_profile_ms")
+    # Per-step series (summarized by timing_summary), and every wall-clock field.
+    TIMING_SERIES = ("simulator_ms", "perception_ms", "planner_ms")
+    TIMING_FIELDS = (*TIMING_SERIES, "step_profile_ms")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,9 +117,7 @@ class EpisodeMetrics:
     def timing_summary(self) -> dict[str, float]:
         """Mean / p95 / max per timing series, in milliseconds."""
         summary: dict[str, float] = {}
-        for name in self.TIMING_FIELDS:
-            if name == "step_profile_ms":
-                continue
+        for name in self.TIMING_SERIES:
             values = np.asarray(getattr(self, name), dtype=float)
             stem = name.removesuffix("_ms")
             if values.size == 0:
